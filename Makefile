@@ -1,0 +1,52 @@
+# kvtier — `make demo` runs the main job on a local control plane, `make test` runs every test.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+export GOTOOLCHAIN := local
+
+.PHONY: all venv deps cluster-bin lint generate check-generated unit e2e test demo bench clean
+
+all: test
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,plot]'
+	touch $@
+
+# System packages the tests run for real (fio for the storage probe).
+deps:
+	hack/install-system-deps
+
+cluster-bin:
+	hack/localcluster/build >/dev/null
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+generate: venv
+	$(BIN)/python -m kvtier.api.generate --write
+
+check-generated: venv
+	$(BIN)/python -m kvtier.api.generate --check
+
+unit: venv
+	$(BIN)/pytest -m "not e2e"
+
+e2e: venv cluster-bin
+	$(BIN)/pytest -m e2e
+
+test: venv deps cluster-bin lint
+	$(BIN)/pytest
+
+demo: venv cluster-bin
+	hack/demo
+
+bench: venv cluster-bin
+	$(BIN)/python bench/convergence.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist

@@ -1,0 +1,685 @@
+"""A real local Kubernetes control plane for kvtier's tests and demo.
+
+etcd, kube-apiserver (TLS, client certificates, RBAC, service-account keys),
+kube-controller-manager, kube-scheduler and kwok (fake GPU nodes whose pods
+reach Running) run as plain processes on loopback. Binaries come from
+``hack/localcluster/build``, which compiles them from Go modules into a cache.
+
+Used as a CLI (``hack/localcluster/localcluster up|down|env|status``) and from
+Python (``LocalCluster(workdir).up()``, as tests/conftest.py does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+BUILD_SCRIPT = HERE / "build"
+KWOK_STAGES = HERE / "kwok-stages.yaml"
+
+GPU_NODES = 8
+NODE_NAME = "gpu-node-{}"
+NVME_LABEL = "kvcache.io/local-nvme"
+GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
+OPERATOR_NAMESPACE = "kvtier-system"
+OPERATOR_SA = "kvtier-operator"
+# Manifests that grant the operator identity its permissions; applied at `up`.
+RBAC_MANIFEST = REPO / "deploy" / "manifests" / "rbac.yaml"
+# kwok's own options; the parallelism settings have no usable zero default.
+KWOK_CONFIG = {
+    "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+    "kind": "KwokConfiguration",
+    "options": {
+        "nodeLeaseDurationSeconds": 40,
+        "nodeLeaseParallelism": 4,
+        "nodePlayStageParallelism": 4,
+        "podPlayStageParallelism": 8,
+        "podsOnNodeSyncParallelism": 4,
+        "enablePodsOnNodeSyncListPager": True,
+        "enablePodsOnNodeSyncStreamWatch": True,
+    },
+}
+COMPONENTS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+)
+
+
+class ClusterError(RuntimeError):
+    """The control plane could not be built, started or reached."""
+
+
+def log(msg: str) -> None:
+    print(f"[localcluster {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def build_binaries() -> Path:
+    """Build (or reuse) the control-plane binaries; return their directory."""
+    proc = subprocess.run(
+        ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise ClusterError(f"{BUILD_SCRIPT.name} failed with exit code {proc.returncode}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def free_port() -> int:
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# --------------------------------------------------------------------- certs
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    cert: Path
+    key: Path
+
+
+def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
+
+
+def _name(common_name: str, org: str | None = None) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if org:
+        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+    return x509.Name(attrs)
+
+
+class CertificateAuthority:
+    """A throwaway CA that signs the serving and client certificates."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        now = dt.datetime.now(dt.UTC)
+        self.cert = (
+            x509.CertificateBuilder()
+            .subject_name(_name("kvtier-local-ca"))
+            .issuer_name(_name("kvtier-local-ca"))
+            .public_key(self.key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=7))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .sign(self.key, hashes.SHA256())
+        )
+        self.pair = KeyPair(directory / "ca.crt", directory / "ca.key")
+        self.pair.cert.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
+        _write_key(self.pair.key, self.key)
+
+    def issue(
+        self,
+        name: str,
+        common_name: str,
+        org: str | None = None,
+        *,
+        server: bool = False,
+    ) -> KeyPair:
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = dt.datetime.now(dt.UTC)
+        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(_name(common_name, org))
+            .issuer_name(self.cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=7))
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        )
+        if server:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName(
+                    [
+                        x509.DNSName("localhost"),
+                        x509.DNSName("kubernetes.default.svc"),
+                        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                        x509.IPAddress(ipaddress.ip_address("10.96.0.1")),
+                    ]
+                ),
+                critical=False,
+            )
+        pair = KeyPair(self.directory / f"{name}.crt", self.directory / f"{name}.key")
+        pair.cert.write_bytes(
+            builder.sign(self.key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+        )
+        _write_key(pair.key, key)
+        return pair
+
+
+def write_kubeconfig(
+    path: Path,
+    server: str,
+    ca: Path,
+    user: str,
+    *,
+    client: KeyPair | None = None,
+    token: str | None = None,
+) -> Path:
+    credentials: dict[str, str] = {}
+    if client:
+        credentials = {
+            "client-certificate": str(client.cert),
+            "client-key": str(client.key),
+        }
+    if token:
+        credentials = {"token": token}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "local", "cluster": {"server": server, "certificate-authority": str(ca)}}
+        ],
+        "users": [{"name": user, "user": credentials}],
+        "contexts": [{"name": user, "context": {"cluster": "local", "user": user}}],
+        "current-context": user,
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=True))
+    path.chmod(0o600)
+    return path
+
+
+# ----------------------------------------------------------------- processes
+
+
+@dataclass
+class Component:
+    name: str
+    argv: list[str]
+
+    def pid_file(self, workdir: Path) -> Path:
+        return workdir / "pids" / f"{self.name}.pid"
+
+    def log_file(self, workdir: Path) -> Path:
+        return workdir / "logs" / f"{self.name}.log"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); treat it as gone.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _wait(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+@dataclass
+class LocalCluster:
+    """One control plane rooted in ``workdir`` (certs, data, logs, pid files)."""
+
+    workdir: Path
+    nodes: int = GPU_NODES
+    bin_dir: Path | None = None
+    components: dict[str, Component] = field(default_factory=dict)
+
+    # Paths other code relies on.
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.workdir / "admin.kubeconfig"
+
+    @property
+    def operator_kubeconfig(self) -> Path:
+        return self.workdir / "operator.kubeconfig"
+
+    @property
+    def state_file(self) -> Path:
+        return self.workdir / "cluster.json"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / "logs" / "audit.log"
+
+    @property
+    def server(self) -> str:
+        return str(json.loads(self.state_file.read_text())["server"])
+
+    def binary(self, name: str) -> str:
+        assert self.bin_dir is not None
+        return str(self.bin_dir / name)
+
+    # ------------------------------------------------------------- lifecycle
+
+    def up(self) -> LocalCluster:
+        """Start every component, create the fake GPU nodes and both identities."""
+        if self.state_file.exists() and self.running():
+            log(f"already running in {self.workdir}")
+            return self
+        self.bin_dir = self.bin_dir or build_binaries()
+        for sub in ("pki", "pids", "logs", "etcd"):
+            (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        try:
+            self._configure()
+            for name in COMPONENTS:
+                self.start(name)
+                if name == "kube-apiserver":
+                    self._wait_apiserver()
+            self._bootstrap()
+        except BaseException:
+            self.down()
+            raise
+        log(f"control plane up in {time.monotonic() - started:.1f}s at {self.server}")
+        return self
+
+    def _configure(self) -> None:
+        pki = self.workdir / "pki"
+        ca = CertificateAuthority(pki)
+        serving = ca.issue("apiserver", "kube-apiserver", server=True)
+        admin = ca.issue("admin", "kvtier-admin", "system:masters")
+        sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        _write_key(pki / "sa.key", sa_key)
+        (pki / "sa.pub").write_bytes(
+            sa_key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
+        ports = {n: free_port() for n in ("etcd", "etcd-peer", "apiserver", "kcm", "sched")}
+        server = f"https://127.0.0.1:{ports['apiserver']}"
+        write_kubeconfig(self.admin_kubeconfig, server, ca.pair.cert, "admin", client=admin)
+        audit_policy = self.workdir / "audit-policy.yaml"
+        # Metadata-level audit of writes only: tests count the operator's writes.
+        audit_policy.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "audit.k8s.io/v1",
+                    "kind": "Policy",
+                    "omitStages": ["RequestReceived"],
+                    "rules": [
+                        {
+                            "level": "Metadata",
+                            "verbs": ["create", "update", "patch", "delete", "deletecollection"],
+                        },
+                        {"level": "None"},
+                    ],
+                }
+            )
+        )
+        etcd_url = f"http://127.0.0.1:{ports['etcd']}"
+        peer_url = f"http://127.0.0.1:{ports['etcd-peer']}"
+        kubeconfig = str(self.admin_kubeconfig)
+        self.components = {
+            "etcd": Component(
+                "etcd",
+                [
+                    self.binary("etcd"),
+                    "--name=local",
+                    f"--data-dir={self.workdir / 'etcd'}",
+                    f"--listen-client-urls={etcd_url}",
+                    f"--advertise-client-urls={etcd_url}",
+                    f"--listen-peer-urls={peer_url}",
+                    f"--initial-advertise-peer-urls={peer_url}",
+                    f"--initial-cluster=local={peer_url}",
+                    "--unsafe-no-fsync=true",
+                    "--log-level=warn",
+                ],
+            ),
+            "kube-apiserver": Component(
+                "kube-apiserver",
+                [
+                    self.binary("kube-apiserver"),
+                    f"--etcd-servers={etcd_url}",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={ports['apiserver']}",
+                    f"--tls-cert-file={serving.cert}",
+                    f"--tls-private-key-file={serving.key}",
+                    f"--client-ca-file={ca.pair.cert}",
+                    "--authorization-mode=RBAC",
+                    "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                    f"--service-account-key-file={pki / 'sa.pub'}",
+                    f"--service-account-signing-key-file={pki / 'sa.key'}",
+                    "--service-cluster-ip-range=10.96.0.0/16",
+                    "--endpoint-reconciler-type=none",
+                    f"--cert-dir={pki}",
+                    f"--audit-policy-file={audit_policy}",
+                    f"--audit-log-path={self.audit_log}",
+                    "--audit-log-format=json",
+                    "--profiling=false",
+                ],
+            ),
+            "kube-controller-manager": Component(
+                "kube-controller-manager",
+                [
+                    self.binary("kube-controller-manager"),
+                    f"--kubeconfig={kubeconfig}",
+                    f"--authentication-kubeconfig={kubeconfig}",
+                    f"--authorization-kubeconfig={kubeconfig}",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={ports['kcm']}",
+                    "--leader-elect=false",
+                    "--controllers=*",
+                    f"--service-account-private-key-file={pki / 'sa.key'}",
+                    f"--root-ca-file={ca.pair.cert}",
+                    "--use-service-account-credentials=false",
+                    "--profiling=false",
+                ],
+            ),
+            "kube-scheduler": Component(
+                "kube-scheduler",
+                [
+                    self.binary("kube-scheduler"),
+                    f"--kubeconfig={kubeconfig}",
+                    f"--authentication-kubeconfig={kubeconfig}",
+                    f"--authorization-kubeconfig={kubeconfig}",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={ports['sched']}",
+                    "--leader-elect=false",
+                    "--profiling=false",
+                ],
+            ),
+            "kwok": Component(
+                "kwok",
+                [
+                    self.binary("kwok"),
+                    f"--kubeconfig={kubeconfig}",
+                    "--manage-all-nodes=false",
+                    "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                    "--cidr=10.244.0.0/16",
+                    "--node-ip=10.244.255.254",
+                    f"--config={self.workdir / 'kwok.yaml'}",
+                ],
+            ),
+        }
+        (self.workdir / "kwok.yaml").write_text(
+            yaml.safe_dump(KWOK_CONFIG) + "---\n" + KWOK_STAGES.read_text()
+        )
+        state = {
+            "server": server,
+            "ports": ports,
+            "bin_dir": str(self.bin_dir),
+            "components": {n: c.argv for n, c in self.components.items()},
+        }
+        self.state_file.write_text(json.dumps(state, indent=2, sort_keys=True))
+
+    def _load(self) -> None:
+        state = json.loads(self.state_file.read_text())
+        self.bin_dir = Path(state["bin_dir"])
+        self.components = {n: Component(n, argv) for n, argv in state["components"].items()}
+
+    def start(self, name: str) -> None:
+        """Start one component (again); its pid file records the process."""
+        if not self.components:
+            self._load()
+        comp = self.components[name]
+        logf = comp.log_file(self.workdir).open("ab")
+        proc = subprocess.Popen(
+            comp.argv,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        logf.close()
+        comp.pid_file(self.workdir).write_text(str(proc.pid))
+        time.sleep(0.2)
+        if proc.poll() is not None:
+            raise ClusterError(
+                f"{name} exited with code {proc.returncode}; see {comp.log_file(self.workdir)}"
+            )
+        if name == "etcd":
+            port = json.loads(self.state_file.read_text())["ports"]["etcd"]
+            _wait(lambda: _http_ok(f"http://127.0.0.1:{port}/health"), 30, "etcd health")
+
+    def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
+        """Stop one component started by this cluster (only the pid it recorded)."""
+        pid_file = self.workdir / "pids" / f"{name}.pid"
+        if not pid_file.exists():
+            return
+        pid = int(pid_file.read_text())
+        if _alive(pid):
+            with suppress(ProcessLookupError):
+                os.killpg(pid, sig)
+            deadline = time.monotonic() + timeout
+            while _alive(pid) and time.monotonic() < deadline:
+                _reap(pid)
+                time.sleep(0.1)
+            if _alive(pid):
+                os.killpg(pid, signal.SIGKILL)
+                _wait(lambda: _reap(pid) or not _alive(pid), 10, f"{name} to die")
+            _reap(pid)
+        pid_file.unlink()
+
+    def down(self) -> None:
+        """Stop exactly the processes `up` started, newest first."""
+        for name in reversed(COMPONENTS):
+            self.stop(name)
+
+    def running(self) -> bool:
+        pid_files = list((self.workdir / "pids").glob("*.pid"))
+        return bool(pid_files) and all(_alive(int(p.read_text())) for p in pid_files)
+
+    # ----------------------------------------------------------- bootstrap
+
+    def _wait_apiserver(self) -> None:
+        ctx = ssl.create_default_context(cafile=str(self.workdir / "pki" / "ca.crt"))
+        ctx.load_cert_chain(self.workdir / "pki" / "admin.crt", self.workdir / "pki" / "admin.key")
+        url = f"{self.server}/readyz"
+        _wait(lambda: _http_ok(url, ctx), 120, "kube-apiserver /readyz", interval=0.5)
+
+    def kubectl(self, *args: str, stdin: str | None = None, kubeconfig: Path | None = None) -> str:
+        """Run kubectl from the build cache against this cluster; raise on failure."""
+        if self.bin_dir is None:
+            self._load()
+        proc = subprocess.run(
+            [self.binary("kubectl"), f"--kubeconfig={kubeconfig or self.admin_kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def _bootstrap(self) -> None:
+        _wait(
+            lambda: _succeeds(lambda: self.kubectl("get", "serviceaccount", "default")),
+            60,
+            "the default ServiceAccount (controller-manager)",
+        )
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(fake_gpu_nodes(self.nodes)))
+        self._operator_identity()
+        _wait(self._nodes_ready, 60, f"{self.nodes} Ready GPU nodes (kwok)")
+
+    def _operator_identity(self) -> None:
+        """The operator's ServiceAccount, bound by the repo's RBAC, as a kubeconfig."""
+        if RBAC_MANIFEST.exists():
+            self.kubectl("apply", "-f", str(RBAC_MANIFEST))
+        else:
+            self.kubectl("create", "namespace", OPERATOR_NAMESPACE)
+            self.kubectl("create", "serviceaccount", OPERATOR_SA, "-n", OPERATOR_NAMESPACE)
+        token = self.kubectl(
+            "create", "token", OPERATOR_SA, "-n", OPERATOR_NAMESPACE, "--duration=48h"
+        ).strip()
+        write_kubeconfig(
+            self.operator_kubeconfig,
+            self.server,
+            self.workdir / "pki" / "ca.crt",
+            OPERATOR_SA,
+            token=token,
+        )
+
+    def _nodes_ready(self) -> bool:
+        nodes = json.loads(self.kubectl("get", "nodes", "-o", "json"))["items"]
+        ready = [
+            n
+            for n in nodes
+            if any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in n.get("status", {}).get("conditions", [])
+            )
+        ]
+        return len(ready) >= self.nodes
+
+
+def fake_gpu_nodes(count: int) -> list[dict[str, object]]:
+    """Node objects shaped like 8×H100 servers with a local NVMe drive, for kwok."""
+    resources = {
+        "cpu": "224",
+        "memory": "2Ti",
+        "pods": "110",
+        "nvidia.com/gpu": "8",
+        "ephemeral-storage": "3500Gi",
+    }
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": NODE_NAME.format(i),
+                "annotations": {"kwok.x-k8s.io/node": "fake"},
+                "labels": {
+                    "kubernetes.io/hostname": NODE_NAME.format(i),
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                    "type": "kwok",
+                    "nvidia.com/gpu.product": GPU_PRODUCT,
+                    "nvidia.com/gpu.count": "8",
+                    NVME_LABEL: "true",
+                },
+            },
+            "status": {"capacity": resources, "allocatable": resources},
+        }
+        for i in range(count)
+    ]
+
+
+def _http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:
+            return int(resp.status) == 200
+    except OSError:
+        return False
+
+
+def _succeeds(fn: Callable[[], object]) -> bool:
+    try:
+        fn()
+    except ClusterError:
+        return False
+    return True
+
+
+def _reap(pid: int) -> bool:
+    """Collect a child that has exited so it does not linger as a zombie."""
+    with suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    return False
+
+
+@contextmanager
+def running_cluster(workdir: Path | None = None) -> Iterator[LocalCluster]:
+    """Bring a cluster up for the duration of a block; always tear it down."""
+    own = workdir is None
+    root = Path(tempfile.mkdtemp(prefix="kvtier-cluster-")) if workdir is None else workdir
+    cluster = LocalCluster(root)
+    try:
+        yield cluster.up()
+    finally:
+        cluster.down()
+        if own:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def default_workdir() -> Path:
+    env = os.environ.get("KVTIER_CLUSTER_DIR")
+    return Path(env) if env else Path(tempfile.gettempdir()) / f"kvtier-cluster-{os.getuid()}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="localcluster", description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["build", "up", "down", "env", "status"])
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="working directory (default: $KVTIER_CLUSTER_DIR)"
+    )
+    args = parser.parse_args(argv)
+    cluster = LocalCluster(args.dir or default_workdir())
+    try:
+        if args.command == "build":
+            print(build_binaries())
+        elif args.command == "up":
+            cluster.up()
+            print(cluster.kubectl("get", "nodes", "-L", "nvidia.com/gpu.product"), end="")
+        elif args.command == "down":
+            cluster.down()
+            shutil.rmtree(cluster.workdir, ignore_errors=True)
+        elif args.command == "env":
+            print(f"export KUBECONFIG={cluster.admin_kubeconfig}")
+            print(f"export KVTIER_OPERATOR_KUBECONFIG={cluster.operator_kubeconfig}")
+        elif args.command == "status":
+            return 0 if cluster.state_file.exists() and cluster.running() else 1
+    except ClusterError as exc:
+        print(f"localcluster: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,5 @@
+"""Command line entry point."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    return 0
