@@ -39,7 +39,7 @@ unit: venv
 e2e: venv cluster-bin
 	$(BIN)/pytest -m e2e
 
-test: venv deps cluster-bin lint
+test: venv deps cluster-bin lint check-generated
 	$(BIN)/pytest
 
 demo: venv cluster-bin

@@ -1,0 +1,336 @@
+"""KVCachePolicy: the cluster-wide singleton `cluster` with defaults and guardrails."""
+
+from __future__ import annotations
+
+import posixpath
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+from kvtier.api.common import (
+    Condition,
+    DnsLabel,
+    DnsSubdomain,
+    KubeModel,
+    NonNegativeQuantity,
+    PositiveQuantity,
+    cel,
+    list_map,
+    quantity_rules,
+    validations,
+)
+from kvtier.api.tier import DiskType, KVCacheDtype, Mode, ObjectMeta
+
+POLICY_NAME = "cluster"
+POLICY_NAME_MESSAGE = "KVCachePolicy must be named 'cluster'"
+
+
+class VolumeSource(StrEnum):
+    """How kvtier exposes an NVMe pool: as `local` PersistentVolumes (the directory must exist on
+    the node) or as `hostPath` PersistentVolumes of type DirectoryOrCreate (one subdirectory per
+    tier, no node preparation). Pods only ever see a PVC either way."""
+
+    LOCAL = "Local"
+    HOST_PATH = "HostPath"
+
+
+class Retention(StrEnum):
+    DELETE = "Delete"
+    RETAIN = "Retain"
+
+
+class NonBeneficialAction(StrEnum):
+    KEEP = "Keep"
+    DROP = "Drop"
+
+
+# --- defaults for optional KVCacheTier fields ---------------------------------------------------
+
+
+class ProbeDefaults(KubeModel):
+    """Defaults for spec.probe of a KVCacheTier."""
+
+    enabled: bool | None = Field(default=None, description="Probe disk tiers (built-in: true).")
+    runtime_seconds: int | None = Field(
+        default=None, ge=1, le=3600, description="fio runtime in seconds (built-in: 60)."
+    )
+
+
+class TierDefaults(KubeModel):
+    """Values for KVCacheTier fields a tier leaves out."""
+
+    mode: Mode | None = Field(default=None, description="Default spec.mode (built-in: Apply).")
+    kv_cache_dtype: KVCacheDtype | None = Field(
+        default=None, description="Default spec.model.kvCacheDtype (built-in: auto)."
+    )
+    block_size_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=65536,
+        description="Default spec.model.blockSizeTokens (built-in: 16).",
+    )
+    disk_type: DiskType | None = Field(
+        default=None, description="Default spec.disk.type (built-in: Auto)."
+    )
+    probe: ProbeDefaults | None = Field(default=None, description="Defaults for spec.probe.")
+
+
+# --- guardrails ---------------------------------------------------------------------------------
+
+_MOUNT_PATH_MESSAGE = (
+    "spec.nvmePools[].mountPath must be an absolute path without '.' or '..' segments"
+)
+
+
+class NVMePool(KubeModel):
+    """Host NVMe space the platform team offers; tiers name the pool, never a path."""
+
+    name: DnsLabel = Field(description="Pool name that KVCacheTiers use in spec.disk.nvme.pool.")
+    mount_path: Annotated[
+        str, StringConstraints(min_length=2, max_length=1024, pattern=r"^(/[^/]+)+$")
+    ] = Field(
+        description="Absolute path where the NVMe file system is mounted on each node, "
+        "e.g. /mnt/nvme (no trailing slash, no empty, '.' or '..' segments).",
+        json_schema_extra=validations(
+            cel("!self.matches('/\\\\.\\\\.?(/|$)')", _MOUNT_PATH_MESSAGE)
+        ),
+    )
+    node_selector: (
+        dict[
+            Annotated[str, StringConstraints(min_length=1, max_length=317)],
+            Annotated[str, StringConstraints(max_length=63)],
+        ]
+        | None
+    ) = Field(
+        default=None,
+        max_length=32,
+        description="Labels of the nodes that have this mount; all nodes when omitted.",
+    )
+    capacity_per_node: PositiveQuantity = Field(
+        description="Space kvtier may hand out on each node, e.g. 3Ti.",
+        json_schema_extra=quantity_rules("spec.nvmePools[].capacityPerNode"),
+    )
+    volume_source: VolumeSource | None = Field(
+        default=None,
+        description="Local (default): local PersistentVolumes, the directory must exist; "
+        "HostPath: hostPath PersistentVolumes of type DirectoryOrCreate.",
+    )
+    retention: Retention | None = Field(
+        default=None,
+        description="What happens to this pool's volumes when their tier is deleted; "
+        "defaults to spec.storageRetention.",
+    )
+
+    @field_validator("mount_path")
+    @classmethod
+    def _clean_absolute(cls, value: str) -> str:
+        # The pattern already rejects empty segments; normpath only differs on '.' and '..'.
+        if posixpath.normpath(value) != value:
+            raise ValueError(_MOUNT_PATH_MESSAGE)
+        return value
+
+
+class NamespacedName(KubeModel):
+    """Reference to a namespaced object."""
+
+    name: DnsSubdomain = Field(description="Name of the object.")
+    namespace: DnsLabel = Field(description="Namespace of the object.")
+
+
+_REPLICA1_OWNER_MESSAGE = (
+    "spec.cephfs.replica1: set at most one of storageCluster and cephFilesystem"
+)
+
+
+class Replica1Pool(KubeModel):
+    """A CephFS data pool with replica size 1 for KV blocks: losing an OSD loses only cache."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!(has(self.storageCluster) && has(self.cephFilesystem))",
+                _REPLICA1_OWNER_MESSAGE,
+            )
+        )
+    )
+
+    enabled: bool | None = Field(
+        default=None, description="Use a replica-1 data pool (built-in: false)."
+    )
+    storage_cluster: NamespacedName | None = Field(
+        default=None,
+        description="ODF StorageCluster that gets the pool in "
+        "spec.managedResources.cephFilesystems.additionalDataPools "
+        "(built-in: ocs-storagecluster in openshift-storage).",
+    )
+    ceph_filesystem: NamespacedName | None = Field(
+        default=None, description="Rook CephFilesystem that gets the pool (instead of ODF)."
+    )
+    pool_name: DnsLabel | None = Field(
+        default=None,
+        description="Data pool name; Ceph names it <filesystem>-<poolName> (built-in: kvcache).",
+    )
+    storage_class_name: DnsSubdomain | None = Field(
+        default=None,
+        description="StorageClass whose pool parameter names the replica-1 pool "
+        "(built-in: <CephFS storage class>-<poolName>).",
+    )
+
+    @model_validator(mode="after")
+    def _one_owner(self) -> Replica1Pool:
+        if self.storage_cluster is not None and self.ceph_filesystem is not None:
+            raise ValueError(_REPLICA1_OWNER_MESSAGE)
+        return self
+
+
+class CephFSPolicy(KubeModel):
+    """The shared CephFS tier."""
+
+    storage_class_name: DnsSubdomain | None = Field(
+        default=None,
+        description="StorageClass for CephFS tiers (built-in: ocs-storagecluster-cephfs).",
+    )
+    throughput_ceiling: PositiveQuantity | None = Field(
+        default=None,
+        description="Bytes per second CephFS delivers at most, used to plan before a probe "
+        "measures (built-in: 205M, the protocol ceiling seen on ODF 4.18).",
+        json_schema_extra=quantity_rules("spec.cephfs.throughputCeiling"),
+    )
+    replica1: Replica1Pool | None = Field(default=None, description="Replica-1 data pool.")
+
+
+class MemoryPolicy(KubeModel):
+    """How much host memory a CPU tier may take."""
+
+    overhead_factor: float | None = Field(
+        default=None,
+        ge=1,
+        le=10,
+        description="Pod memory per byte of CPU tier: pinned and shared buffers reach ~1.9x the "
+        "offload size (built-in: 2.0).",
+    )
+    headroom: NonNegativeQuantity | None = Field(
+        default=None,
+        description="Memory added to the pod on top of the tier (built-in: 4Gi).",
+        json_schema_extra=quantity_rules("spec.memory.headroom", allow_zero=True),
+    )
+    max_node_fraction: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Largest fraction of a node's memory the CPU tier may take (built-in: 0.5).",
+    )
+
+
+class ObjectStorePolicy(KubeModel):
+    """Guardrails for S3 tiers, whose tail latency lands in time to first token."""
+
+    allowed: bool | None = Field(
+        default=None, description="Whether KVCacheTiers may use ObjectStore (built-in: false)."
+    )
+    max_p99_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=60,
+        description="Largest probed p99 block latency an object-store tier may have "
+        "(built-in: 0.25).",
+    )
+
+
+class ProbingPolicy(KubeModel):
+    """When storage probes may run."""
+
+    schedule: (
+        Annotated[
+            str,
+            StringConstraints(
+                max_length=128,
+                pattern=r"^(@(yearly|annually|monthly|weekly|daily|hourly)|(\S+\s+){4}\S+)$",
+            ),
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="Cron schedule (5 fields or @daily etc., UTC) for re-probing tiers; "
+        "probes run once after provisioning when omitted.",
+    )
+    allow_while_serving: bool | None = Field(
+        default=None,
+        description="Allow probes on a tier the model server is using; they compete with "
+        "serving I/O (built-in: false).",
+    )
+
+
+class KVCachePolicySpec(KubeModel):
+    """Cluster-wide defaults and guardrails for KVCacheTiers, owned by the platform team."""
+
+    defaults: TierDefaults | None = Field(
+        default=None, description="Values for optional KVCacheTier fields."
+    )
+    nvme_pools: list[NVMePool] | None = Field(
+        default=None,
+        max_length=32,
+        description="Named host NVMe pools.",
+        json_schema_extra=list_map("name"),
+    )
+    cephfs: CephFSPolicy | None = Field(default=None, description="The CephFS tier.")
+    memory: MemoryPolicy | None = Field(default=None, description="Host memory limits.")
+    object_store: ObjectStorePolicy | None = Field(
+        default=None, description="Object-store tier guardrails."
+    )
+    probing: ProbingPolicy | None = Field(default=None, description="Probe scheduling.")
+    non_beneficial_tier: NonBeneficialAction | None = Field(
+        default=None,
+        description="What to do with a disk tier whose probe shows restore does not beat "
+        "recompute: Keep it (and report TierBeneficial=False) or Drop it (built-in: Keep).",
+    )
+    storage_retention: Retention | None = Field(
+        default=None,
+        description="What happens to a tier's volumes when the KVCacheTier is deleted "
+        "(built-in: Delete; the data is only cache).",
+    )
+
+    @field_validator("nvme_pools")
+    @classmethod
+    def _unique_pool_names(cls, pools: list[NVMePool] | None) -> list[NVMePool] | None:
+        # The API server enforces this through the list-map key; the CLI must agree.
+        names = [p.name for p in pools or []]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"spec.nvmePools: duplicate pool names {duplicates}")
+        return pools
+
+
+class KVCachePolicyStatus(KubeModel):
+    """Observed state, written by the operator."""
+
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The .metadata.generation this status reflects."
+    )
+    conditions: list[Condition] | None = Field(
+        default=None,
+        max_length=32,
+        description="Conditions of the policy, e.g. Ready.",
+        json_schema_extra=list_map("type"),
+    )
+
+
+class KVCachePolicy(KubeModel):
+    """The whole KVCachePolicy object."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(cel("self.metadata.name == 'cluster'", POLICY_NAME_MESSAGE))
+    )
+
+    api_version: Literal["kvcache.io/v1alpha1"] = "kvcache.io/v1alpha1"
+    kind: Literal["KVCachePolicy"] = "KVCachePolicy"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: KVCachePolicySpec = Field(default_factory=KVCachePolicySpec)
+    status: KVCachePolicyStatus | None = None
+
+    @model_validator(mode="after")
+    def _named_cluster(self) -> KVCachePolicy:
+        if self.metadata.name is not None and self.metadata.name != POLICY_NAME:
+            raise ValueError(POLICY_NAME_MESSAGE)
+        return self

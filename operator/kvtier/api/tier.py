@@ -1,0 +1,608 @@
+"""KVCacheTier: a user's request for KV-cache offload tiers for one model server."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, StringConstraints, model_validator
+
+from kvtier.api.common import (
+    CONFIGMAP_KEY,
+    AutoOrQuantity,
+    Condition,
+    DnsLabel,
+    DnsSubdomain,
+    KubeModel,
+    LongText,
+    PositiveQuantity,
+    ShortText,
+    cel,
+    list_map,
+    quantity_rules,
+    validations,
+)
+
+GROUP = "kvcache.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+
+class Mode(StrEnum):
+    """Apply writes the tiers and patches the target; Plan computes and reports only."""
+
+    APPLY = "Apply"
+    PLAN = "Plan"
+
+
+class TargetKind(StrEnum):
+    LLM_INFERENCE_SERVICE = "LLMInferenceService"
+    INFERENCE_SERVICE = "InferenceService"
+
+
+class KVCacheDtype(StrEnum):
+    AUTO = "auto"
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
+    FP8 = "fp8"
+
+
+class DiskType(StrEnum):
+    AUTO = "Auto"
+    NONE = "None"
+    NVME = "NVMe"
+    CEPHFS = "CephFS"
+    OBJECT_STORE = "ObjectStore"
+
+
+class Topology(StrEnum):
+    CPU_ONLY = "CPUOnly"
+    CPU_AND_NVME = "CPUAndNVMe"
+    CPU_AND_CEPHFS = "CPUAndCephFS"
+    CPU_AND_OBJECT_STORE = "CPUAndObjectStore"
+
+
+class ConditionType(StrEnum):
+    """Condition types the operator sets on a KVCacheTier."""
+
+    READY = "Ready"
+    SIZED = "Sized"
+    TARGET_FOUND = "TargetFound"
+    POLICY_COMPLIANT = "PolicyCompliant"
+    PROVISIONED = "Provisioned"
+    APPLIED = "Applied"
+    PROBED = "Probed"
+    TIER_BENEFICIAL = "TierBeneficial"
+    CONFLICT = "Conflict"
+
+
+class ValueSource(StrEnum):
+    """Where an effective value came from: built-in default < KVCachePolicy < KVCacheTier."""
+
+    DEFAULT = "Default"
+    POLICY = "Policy"
+    TIER = "Tier"
+
+
+# --- spec -------------------------------------------------------------------------------------
+
+
+class TargetRef(KubeModel):
+    """The model server to give offload tiers; it must live in the KVCacheTier's namespace."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!has(self.__namespace__)",
+                "spec.targetRef.namespace is not allowed: the target must be in the "
+                "KVCacheTier's own namespace",
+                field_path=".namespace",
+                reason="FieldValueForbidden",
+            )
+        )
+    )
+
+    api_version: (
+        Annotated[
+            str,
+            StringConstraints(
+                max_length=253, pattern=r"^serving\.kserve\.io/v[0-9]+((alpha|beta)[0-9]+)?$"
+            ),
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="API version of the target, e.g. serving.kserve.io/v1alpha2; "
+        "the served preferred version when omitted.",
+    )
+    kind: TargetKind = Field(
+        description="Kind of the target: LLMInferenceService (llm-d) or InferenceService (KServe)."
+    )
+    name: DnsSubdomain = Field(description="Name of the target in the same namespace.")
+    # Declared only so admission can reject it with a clear message instead of pruning it.
+    namespace: Annotated[str, StringConstraints(max_length=253)] | None = Field(
+        default=None,
+        description="Not allowed: a KVCacheTier only targets objects in its own namespace.",
+    )
+
+    @model_validator(mode="after")
+    def _same_namespace_only(self) -> TargetRef:
+        if self.namespace is not None:
+            raise ValueError(
+                "spec.targetRef.namespace is not allowed: the target must be in the "
+                "KVCacheTier's own namespace"
+            )
+        return self
+
+
+class ConfigMapKeyRef(KubeModel):
+    """A ConfigMap key that holds the model's Hugging Face config.json."""
+
+    name: DnsSubdomain = Field(description="Name of the ConfigMap in the same namespace.")
+    key: Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=CONFIGMAP_KEY)] = (
+        Field(description="Key in the ConfigMap whose value is the config.json text.")
+    )
+
+
+_GEOMETRY_MESSAGE = (
+    "spec.model.geometry needs all three of attentionLayers, kvHeads and headDim, or none"
+)
+
+
+class ModelGeometry(KubeModel):
+    """KV-cache geometry of the model; overrides the catalog and config.json."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.attentionLayers) == has(self.kvHeads) && "
+                "has(self.kvHeads) == has(self.headDim)",
+                _GEOMETRY_MESSAGE,
+            )
+        )
+    )
+
+    attention_layers: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="Layers that hold KV (sliding-window layers count; layers without "
+        "attention do not), e.g. 64 of 162 blocks for Nemotron-Ultra.",
+    )
+    kv_heads: int | None = Field(
+        default=None, ge=1, le=4096, description="Key/value heads of the whole model."
+    )
+    head_dim: int | None = Field(
+        default=None,
+        ge=1,
+        le=65536,
+        description="Dimension of one head (read head_dim from config.json when present).",
+    )
+
+    @model_validator(mode="after")
+    def _all_or_none(self) -> ModelGeometry:
+        present = {v is None for v in (self.attention_layers, self.kv_heads, self.head_dim)}
+        if len(present) > 1:
+            raise ValueError(_GEOMETRY_MESSAGE)
+        return self
+
+
+class ModelSpec(KubeModel):
+    """What the model is; every field is optional when the target tells enough."""
+
+    name: (
+        Annotated[
+            str,
+            StringConstraints(
+                min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][-A-Za-z0-9._/]*$"
+            ),
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="Catalog key or Hugging Face id, e.g. nvidia/Llama-3_1-Nemotron-Ultra-253B-v1; "
+        "read from the target when omitted.",
+    )
+    config_map_ref: ConfigMapKeyRef | None = Field(
+        default=None,
+        description="A ConfigMap holding the model's config.json, for models not in the catalog.",
+    )
+    geometry: ModelGeometry | None = Field(
+        default=None, description="Explicit KV geometry; all three fields or none."
+    )
+    kv_cache_dtype: KVCacheDtype | None = Field(
+        default=None,
+        description="KV-cache element type: auto (the model's dtype), bfloat16, float16 or fp8. "
+        "Defaults to the KVCachePolicy's default, else auto.",
+    )
+    tensor_parallel_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="Tensor-parallel ranks per replica; read from the target when omitted.",
+    )
+    block_size_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=65536,
+        description="Offload block size in tokens; a multiple of the GPU block size. "
+        "Defaults to the KVCachePolicy's default, else 16.",
+    )
+
+
+class WorkloadSpec(KubeModel):
+    """The traffic the tiers are sized for."""
+
+    average_context_tokens: int = Field(
+        ge=1, le=1_000_000_000, description="Average context length (input tokens) per session."
+    )
+    concurrent_sessions: int = Field(
+        ge=1, le=10_000_000, description="Sessions whose KV cache should stay reusable at once."
+    )
+
+
+class CPUSpec(KubeModel):
+    """The CPU (host memory) tier every offload setup needs: disk tiers stage through it."""
+
+    size: AutoOrQuantity | None = Field(
+        default=None,
+        description="Total host memory for the CPU tier over all ranks of one replica "
+        "(vLLM cpu_bytes_to_use): 'auto' sizes it from the working set within the "
+        "KVCachePolicy's limits, or a quantity such as 64Gi. Defaults to auto.",
+        json_schema_extra=quantity_rules("spec.cpu.size", allow_auto=True),
+    )
+
+
+class NVMeDisk(KubeModel):
+    """A local NVMe tier carved from a pool the KVCachePolicy defines."""
+
+    pool: DnsLabel = Field(
+        description="Name of an NVMe pool in the KVCachePolicy; users never give host paths."
+    )
+    size: PositiveQuantity | None = Field(
+        default=None,
+        description="Capacity per replica; defaults to what the working set needs beyond the "
+        "CPU tier, within the pool's capacity per node.",
+        json_schema_extra=quantity_rules("spec.disk.nvme.size"),
+    )
+
+
+class CephFSDisk(KubeModel):
+    """A shared CephFS tier; storage class and replica-1 pool come from the KVCachePolicy."""
+
+    size: PositiveQuantity | None = Field(
+        default=None,
+        description="Capacity of the shared volume, e.g. 10Ti; defaults to what the working "
+        "set needs beyond the CPU tier.",
+        json_schema_extra=quantity_rules("spec.disk.cephfs.size"),
+    )
+
+
+class SecretRef(KubeModel):
+    """A Secret in the same namespace."""
+
+    name: DnsSubdomain = Field(description="Name of the Secret.")
+
+
+class ObjectStoreDisk(KubeModel):
+    """An S3 tier. Its p99 latency lands directly in TTFT, hence the acknowledgement."""
+
+    acknowledge_tail_latency: bool | None = Field(
+        default=None,
+        description="Must be true: object-store p99 per block can exceed a second and lands "
+        "directly in time to first token.",
+    )
+    endpoint: (
+        Annotated[str, StringConstraints(max_length=2048, pattern=r"^https?://[^\s]+$")] | None
+    ) = Field(default=None, description="S3 endpoint URL, e.g. https://s3.example.com.")
+    bucket: (
+        Annotated[
+            str,
+            StringConstraints(
+                min_length=3, max_length=63, pattern=r"^[a-z0-9][-a-z0-9.]*[a-z0-9]$"
+            ),
+        ]
+        | None
+    ) = Field(default=None, description="Bucket that holds the KV blocks.")
+    credentials_secret_ref: SecretRef | None = Field(
+        default=None,
+        description="Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.",
+    )
+
+
+_OBJECT_STORE_ACK_MESSAGE = (
+    "spec.disk.objectStore.acknowledgeTailLatency must be true to use an ObjectStore tier: "
+    "its p99 latency lands directly in time to first token"
+)
+
+
+class DiskSpec(KubeModel):
+    """The secondary (disk) tier behind the CPU tier."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!has(self.nvme) || (has(self.type) && self.type in ['NVMe', 'Auto'])",
+                "spec.disk.nvme is only allowed when spec.disk.type is NVMe or Auto",
+                field_path=".nvme",
+                reason="FieldValueForbidden",
+            ),
+            cel(
+                "!has(self.cephfs) || (has(self.type) && self.type in ['CephFS', 'Auto'])",
+                "spec.disk.cephfs is only allowed when spec.disk.type is CephFS or Auto",
+                field_path=".cephfs",
+                reason="FieldValueForbidden",
+            ),
+            cel(
+                "!has(self.objectStore) || (has(self.type) && self.type == 'ObjectStore')",
+                "spec.disk.objectStore is only allowed when spec.disk.type is ObjectStore",
+                field_path=".objectStore",
+                reason="FieldValueForbidden",
+            ),
+            cel(
+                "!has(self.type) || self.type != 'NVMe' || has(self.nvme)",
+                "spec.disk.nvme.pool is required when spec.disk.type is NVMe",
+                field_path=".nvme",
+                reason="FieldValueRequired",
+            ),
+            cel(
+                "!has(self.type) || self.type != 'ObjectStore' || (has(self.objectStore) && "
+                "has(self.objectStore.acknowledgeTailLatency) && "
+                "self.objectStore.acknowledgeTailLatency)",
+                _OBJECT_STORE_ACK_MESSAGE,
+                field_path=".objectStore",
+                reason="FieldValueRequired",
+            ),
+        )
+    )
+
+    type: DiskType | None = Field(
+        default=None,
+        description="Auto picks from the working set and replica count (fits the CPU tier: "
+        "None; one replica: NVMe; several: CephFS; never ObjectStore). Defaults to the "
+        "KVCachePolicy's default, else Auto.",
+    )
+    nvme: NVMeDisk | None = Field(default=None, description="Settings when type is NVMe or Auto.")
+    cephfs: CephFSDisk | None = Field(
+        default=None, description="Settings when type is CephFS or Auto."
+    )
+    object_store: ObjectStoreDisk | None = Field(
+        default=None, description="Settings when type is ObjectStore."
+    )
+
+    @model_validator(mode="after")
+    def _type_matches_sub_block(self) -> DiskSpec:
+        if self.nvme is not None and self.type not in (DiskType.NVME, DiskType.AUTO):
+            raise ValueError("spec.disk.nvme is only allowed when spec.disk.type is NVMe or Auto")
+        if self.cephfs is not None and self.type not in (DiskType.CEPHFS, DiskType.AUTO):
+            raise ValueError(
+                "spec.disk.cephfs is only allowed when spec.disk.type is CephFS or Auto"
+            )
+        if self.object_store is not None and self.type != DiskType.OBJECT_STORE:
+            raise ValueError(
+                "spec.disk.objectStore is only allowed when spec.disk.type is ObjectStore"
+            )
+        if self.type == DiskType.NVME and self.nvme is None:
+            raise ValueError("spec.disk.nvme.pool is required when spec.disk.type is NVMe")
+        if self.type == DiskType.OBJECT_STORE and not (
+            self.object_store is not None and self.object_store.acknowledge_tail_latency
+        ):
+            raise ValueError(_OBJECT_STORE_ACK_MESSAGE)
+        return self
+
+
+class ProbeSpec(KubeModel):
+    """The storage probe (fio at the model's block size) run before serving."""
+
+    enabled: bool | None = Field(
+        default=None,
+        description="Probe each disk tier before use. Defaults to the KVCachePolicy's "
+        "default, else true.",
+    )
+    baseline_ttft_seconds: float | None = Field(
+        default=None,
+        alias="baselineTTFTSeconds",
+        gt=0,
+        le=86400,
+        description="Mean time to first token with offload off, at averageContextTokens; "
+        "used for the restore-or-recompute crossover.",
+    )
+    runtime_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=3600,
+        description="fio runtime. Defaults to the KVCachePolicy's default, else 60.",
+    )
+
+
+class KVCacheTierSpec(KubeModel):
+    """Desired KV-cache offload tiers for one model server."""
+
+    mode: Mode | None = Field(
+        default=None,
+        description="Apply writes storage and patches the target; Plan only computes and "
+        "reports in status.plan. Defaults to the KVCachePolicy's default, else Apply.",
+    )
+    target_ref: TargetRef = Field(description="The model server in this namespace.")
+    model: ModelSpec | None = Field(
+        default=None, description="The model; optional when the target tells enough."
+    )
+    workload: WorkloadSpec = Field(description="The workload the tiers are sized for.")
+    cpu: CPUSpec | None = Field(default=None, description="The CPU (host memory) tier.")
+    disk: DiskSpec | None = Field(default=None, description="The disk tier behind the CPU tier.")
+    probe: ProbeSpec | None = Field(default=None, description="The storage probe.")
+
+
+# --- status -----------------------------------------------------------------------------------
+
+
+class SizingStatus(KubeModel):
+    """Sizing from the model geometry and the workload (same shape as `kvtier plan -o json`)."""
+
+    bytes_per_token: int | None = Field(
+        default=None, ge=0, description="KV bytes per token for the whole server (all ranks)."
+    )
+    bytes_per_token_per_rank: int | None = Field(
+        default=None, ge=0, description="KV bytes per token on one tensor-parallel rank."
+    )
+    block_bytes: int | None = Field(
+        default=None, ge=0, description="Bytes of one offload block, server-wide."
+    )
+    working_set_bytes: int | None = Field(
+        default=None, ge=0, description="averageContextTokens x concurrentSessions x bytesPerToken."
+    )
+    cpu_bytes_to_use: int | None = Field(
+        default=None, ge=0, description="vLLM cpu_bytes_to_use: the CPU tier over all ranks."
+    )
+    fits_in_cpu: bool | None = Field(
+        default=None, alias="fitsInCPU", description="Whether the working set fits the CPU tier."
+    )
+    contexts_in_cpu: float | None = Field(
+        default=None,
+        alias="contextsInCPU",
+        ge=0,
+        description="How many average contexts the CPU tier holds.",
+    )
+    topology: Topology | None = Field(default=None, description="The chosen tier topology.")
+
+
+class ProbeResult(KubeModel):
+    """fio results at the model's block size (random 75/25 read/write, iodepth 1)."""
+
+    p50_seconds: float | None = Field(default=None, ge=0, description="Median block latency.")
+    p99_seconds: float | None = Field(
+        default=None, ge=0, description="99th percentile block latency; this lands in TTFT."
+    )
+    bandwidth_bytes_per_second: int | None = Field(
+        default=None, ge=0, description="Read bandwidth during the probe."
+    )
+    measured_at: datetime | None = Field(default=None, description="When the probe finished.")
+    buffered: bool | None = Field(
+        default=None,
+        description="True when the volume refused O_DIRECT and the probe fell back to "
+        "buffered I/O (latencies are then optimistic).",
+    )
+
+
+class TierStatus(KubeModel):
+    """One provisioned tier."""
+
+    name: DnsLabel = Field(description="Tier name, e.g. cpu, nvme, cephfs.")
+    ready: bool | None = Field(default=None, description="Whether the tier is usable.")
+    capacity_bytes: int | None = Field(default=None, ge=0, description="Capacity of the tier.")
+    claim_name: DnsSubdomain | None = Field(
+        default=None, description="PersistentVolumeClaim backing a disk tier."
+    )
+    probe: ProbeResult | None = Field(default=None, description="Latest probe of the tier.")
+    crossover_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        description="Context length above which restoring from this tier beats recompute.",
+    )
+    restore_blocks_per_second: float | None = Field(
+        default=None, ge=0, description="Blocks per second the tier can restore."
+    )
+    beneficial: bool | None = Field(
+        default=None,
+        description="Whether the average context is above the crossover, so the tier helps.",
+    )
+
+
+class PlannedAction(KubeModel):
+    """One write Apply mode performs (or Plan mode would perform)."""
+
+    action: Annotated[str, StringConstraints(min_length=1, max_length=32)] = Field(
+        description="What happens to the object, e.g. Create, Patch, Delete."
+    )
+    api_version: ShortText | None = Field(default=None, description="API version of the object.")
+    kind: Annotated[str, StringConstraints(min_length=1, max_length=63)] = Field(
+        description="Kind of the object."
+    )
+    name: DnsSubdomain = Field(description="Name of the object.")
+    namespace: DnsLabel | None = Field(
+        default=None, description="Namespace of the object; absent for cluster-scoped objects."
+    )
+    summary: Annotated[str, StringConstraints(max_length=4096)] = Field(
+        description="What the write does, for a person."
+    )
+    body: dict[str, Any] | None = Field(
+        default=None,
+        description="The object or patch body, as applied.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+
+
+class PlanStatus(KubeModel):
+    """What Apply mode writes, readable by a person."""
+
+    summary: LongText | None = Field(default=None, description="The plan as free text.")
+    actions: list[PlannedAction] | None = Field(
+        default=None, max_length=64, description="The writes, in the order they happen."
+    )
+
+
+class EffectiveValue(KubeModel):
+    """One effective setting and where it came from."""
+
+    field: Annotated[str, StringConstraints(min_length=1, max_length=128)] = Field(
+        description="Dotted path of the setting, e.g. model.kvCacheDtype or memory.headroom."
+    )
+    value: Annotated[str, StringConstraints(max_length=1024)] = Field(
+        description="The effective value, as text."
+    )
+    source: ValueSource = Field(description="Default, Policy or Tier.")
+
+
+class KVCacheTierStatus(KubeModel):
+    """Observed state, written by the operator."""
+
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The .metadata.generation this status reflects."
+    )
+    cpu_tier: ShortText | None = Field(
+        default=None, description="CPU tier size for people, e.g. 128Gi (printer column)."
+    )
+    disk_tier: ShortText | None = Field(
+        default=None, description="Disk tier for people, e.g. NVMe 2Ti (printer column)."
+    )
+    sizing: SizingStatus | None = Field(default=None, description="Sizing results.")
+    tiers: list[TierStatus] | None = Field(
+        default=None,
+        max_length=8,
+        description="Provisioned tiers.",
+        json_schema_extra=list_map("name"),
+    )
+    plan: PlanStatus | None = Field(default=None, description="What Apply mode writes.")
+    effective: list[EffectiveValue] | None = Field(
+        default=None,
+        max_length=64,
+        description="Effective settings and their source (Default < Policy < Tier).",
+        json_schema_extra=list_map("field"),
+    )
+    conditions: list[Condition] | None = Field(
+        default=None,
+        max_length=32,
+        description="Ready, Sized, TargetFound, PolicyCompliant, Provisioned, Applied, Probed, "
+        "TierBeneficial, Conflict.",
+        json_schema_extra=list_map("type"),
+    )
+
+
+class ObjectMeta(KubeModel):
+    """The part of metav1.ObjectMeta the models read; the rest is kept as given."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str | None = None
+    namespace: str | None = None
+
+
+class KVCacheTier(KubeModel):
+    """A whole KVCacheTier object, as read from YAML or the API."""
+
+    api_version: Literal["kvcache.io/v1alpha1"] = "kvcache.io/v1alpha1"
+    kind: Literal["KVCacheTier"] = "KVCacheTier"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: KVCacheTierSpec
+    status: KVCacheTierStatus | None = None

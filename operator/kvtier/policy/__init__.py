@@ -1,0 +1,1 @@
+"""Pure decisions from (KVCacheTier spec, KVCachePolicy, cluster facts); no API I/O here."""

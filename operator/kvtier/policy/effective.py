@@ -1,0 +1,298 @@
+"""Effective settings of a KVCacheTier: built-in default < KVCachePolicy < KVCacheTier.
+
+Every value carries its source so status.effective can tell users why a value is what it is.
+The CRDs carry no schema defaults for exactly this reason: the built-in defaults live here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
+from typing import Generic, TypeVar
+
+from kvtier.api.common import quantity_bytes
+from kvtier.api.policy import (
+    CephFSPolicy,
+    KVCachePolicySpec,
+    MemoryPolicy,
+    NonBeneficialAction,
+    NVMePool,
+    ObjectStorePolicy,
+    ProbeDefaults,
+    ProbingPolicy,
+    Replica1Pool,
+    Retention,
+    TierDefaults,
+    VolumeSource,
+)
+from kvtier.api.tier import (
+    CPUSpec,
+    DiskSpec,
+    DiskType,
+    EffectiveValue,
+    KVCacheDtype,
+    KVCacheTierSpec,
+    Mode,
+    ModelSpec,
+    ProbeSpec,
+    ValueSource,
+)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Sourced(Generic[T]):
+    """A value and where it came from."""
+
+    value: T
+    source: ValueSource
+
+
+@dataclass(frozen=True)
+class BuiltinDefaults:
+    """Every built-in default, in one place; a missing KVCachePolicy means exactly these."""
+
+    mode: Mode = Mode.APPLY
+    kv_cache_dtype: KVCacheDtype = KVCacheDtype.AUTO
+    block_size_tokens: int = 16  # vLLM's GPU block size; offload blocks must be a multiple
+    cpu_size: int | str = "auto"
+    disk_type: DiskType = DiskType.AUTO
+    probe_enabled: bool = True
+    probe_runtime_seconds: int = 60
+    probe_schedule: str | None = None  # probe once after provisioning
+    probe_allow_while_serving: bool = False
+    memory_overhead_factor: float = 2.0  # pinned + shared buffers reach ~1.9x the tier
+    memory_headroom: int | str = "4Gi"
+    max_node_memory_fraction: float = 0.5
+    object_store_allowed: bool = False  # p99 of an S3 tier lands directly in TTFT
+    object_store_max_p99_seconds: float = 0.25
+    cephfs_storage_class: str = "ocs-storagecluster-cephfs"
+    cephfs_throughput_ceiling: int | str = "205M"  # CephFS protocol ceiling seen on ODF 4.18
+    replica1_enabled: bool = False
+    replica1_owner_kind: str = "StorageCluster"
+    replica1_owner_name: str = "ocs-storagecluster"
+    replica1_owner_namespace: str = "openshift-storage"
+    replica1_pool_name: str = "kvcache"
+    non_beneficial_tier: NonBeneficialAction = NonBeneficialAction.KEEP
+    storage_retention: Retention = Retention.DELETE  # tier data is only cache
+    nvme_volume_source: VolumeSource = VolumeSource.LOCAL
+
+
+BUILTIN_DEFAULTS = BuiltinDefaults()
+
+
+@dataclass(frozen=True)
+class CephPoolOwner:
+    """The object that gets the replica-1 data pool: an ODF StorageCluster or a Rook
+    CephFilesystem."""
+
+    kind: str
+    name: str
+    namespace: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class NVMePoolSettings:
+    """An NVMe pool from the KVCachePolicy with its own defaults filled in."""
+
+    name: str
+    mount_path: str
+    node_selector: Mapping[str, str]
+    capacity_per_node_bytes: int
+    volume_source: VolumeSource
+    retention: Retention
+
+
+def _path(path: str) -> dict[str, str]:
+    return {"path": path}
+
+
+@dataclass(frozen=True)
+class EffectiveSettings:
+    """Effective values; each field's `path` metadata names it in status.effective (a
+    KVCacheTier spec path when a tier may set it, else a KVCachePolicy spec path)."""
+
+    mode: Sourced[Mode] = field(metadata=_path("mode"))
+    kv_cache_dtype: Sourced[KVCacheDtype] = field(metadata=_path("model.kvCacheDtype"))
+    block_size_tokens: Sourced[int] = field(metadata=_path("model.blockSizeTokens"))
+    cpu_size: Sourced[int | str] = field(metadata=_path("cpu.size"))
+    disk_type: Sourced[DiskType] = field(metadata=_path("disk.type"))
+    probe_enabled: Sourced[bool] = field(metadata=_path("probe.enabled"))
+    probe_runtime_seconds: Sourced[int] = field(metadata=_path("probe.runtimeSeconds"))
+    probe_schedule: Sourced[str | None] = field(metadata=_path("probing.schedule"))
+    probe_allow_while_serving: Sourced[bool] = field(metadata=_path("probing.allowWhileServing"))
+    memory_overhead_factor: Sourced[float] = field(metadata=_path("memory.overheadFactor"))
+    memory_headroom_bytes: Sourced[int] = field(metadata=_path("memory.headroom"))
+    max_node_memory_fraction: Sourced[float] = field(metadata=_path("memory.maxNodeFraction"))
+    object_store_allowed: Sourced[bool] = field(metadata=_path("objectStore.allowed"))
+    object_store_max_p99_seconds: Sourced[float] = field(
+        metadata=_path("objectStore.maxP99Seconds")
+    )
+    cephfs_storage_class: Sourced[str] = field(metadata=_path("cephfs.storageClassName"))
+    cephfs_throughput_ceiling_bytes_per_second: Sourced[int] = field(
+        metadata=_path("cephfs.throughputCeiling")
+    )
+    replica1_enabled: Sourced[bool] = field(metadata=_path("cephfs.replica1.enabled"))
+    replica1_owner: Sourced[CephPoolOwner] = field(metadata=_path("cephfs.replica1.owner"))
+    replica1_pool_name: Sourced[str] = field(metadata=_path("cephfs.replica1.poolName"))
+    replica1_storage_class: Sourced[str] = field(metadata=_path("cephfs.replica1.storageClassName"))
+    non_beneficial_tier: Sourced[NonBeneficialAction] = field(metadata=_path("nonBeneficialTier"))
+    storage_retention: Sourced[Retention] = field(metadata=_path("storageRetention"))
+    # The policy's pool that spec.disk.nvme.pool names; None when the tier names none or the
+    # policy lacks it (the operator reports the latter as PolicyCompliant=False).
+    nvme_pool: NVMePoolSettings | None = field(default=None, metadata=_path("disk.nvme.pool"))
+
+    def entries(self) -> list[EffectiveValue]:
+        """status.effective rows, in a stable order."""
+        rows = []
+        for f in fields(self):
+            item = getattr(self, f.name)
+            if isinstance(item, Sourced):
+                rows.append(
+                    EffectiveValue(
+                        field=f.metadata["path"], value=_text(item.value), source=item.source
+                    )
+                )
+            elif isinstance(item, NVMePoolSettings):
+                rows.append(
+                    EffectiveValue(
+                        field=f.metadata["path"], value=item.name, source=ValueSource.TIER
+                    )
+                )
+        return rows
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, StrEnum):
+        return value.value
+    return str(value)
+
+
+def _pick(tier: T | None, policy: T | None, default: T) -> Sourced[T]:
+    if tier is not None:
+        return Sourced(tier, ValueSource.TIER)
+    if policy is not None:
+        return Sourced(policy, ValueSource.POLICY)
+    return Sourced(default, ValueSource.DEFAULT)
+
+
+def _policy_only(policy: T | None, default: T) -> Sourced[T]:
+    return _pick(None, policy, default)
+
+
+def _bytes(value: Sourced[int | str]) -> Sourced[int]:
+    return Sourced(quantity_bytes(value.value), value.source)
+
+
+def _replica1_owner(pool: Replica1Pool, defaults: BuiltinDefaults) -> Sourced[CephPoolOwner]:
+    if pool.storage_cluster is not None:
+        ref = pool.storage_cluster
+        return Sourced(CephPoolOwner("StorageCluster", ref.name, ref.namespace), ValueSource.POLICY)
+    if pool.ceph_filesystem is not None:
+        ref = pool.ceph_filesystem
+        return Sourced(CephPoolOwner("CephFilesystem", ref.name, ref.namespace), ValueSource.POLICY)
+    owner = CephPoolOwner(
+        defaults.replica1_owner_kind,
+        defaults.replica1_owner_name,
+        defaults.replica1_owner_namespace,
+    )
+    return Sourced(owner, ValueSource.DEFAULT)
+
+
+def _nvme_pool(
+    name: str | None, pools: list[NVMePool], retention: Retention, defaults: BuiltinDefaults
+) -> NVMePoolSettings | None:
+    pool = next((p for p in pools if p.name == name), None)
+    if pool is None:
+        return None
+    return NVMePoolSettings(
+        name=pool.name,
+        mount_path=pool.mount_path,
+        node_selector=dict(pool.node_selector or {}),
+        capacity_per_node_bytes=quantity_bytes(pool.capacity_per_node),
+        volume_source=pool.volume_source or defaults.nvme_volume_source,
+        retention=pool.retention or retention,
+    )
+
+
+def effective_settings(
+    tier_spec: KVCacheTierSpec,
+    policy_spec: KVCachePolicySpec | None,
+    defaults: BuiltinDefaults = BUILTIN_DEFAULTS,
+) -> EffectiveSettings:
+    """Merge a KVCacheTier spec with the KVCachePolicy (None: there is none) and the defaults."""
+    model = tier_spec.model or ModelSpec()
+    cpu = tier_spec.cpu or CPUSpec()
+    disk = tier_spec.disk or DiskSpec()
+    probe = tier_spec.probe or ProbeSpec()
+
+    policy = policy_spec or KVCachePolicySpec()
+    tier_defaults = policy.defaults or TierDefaults()
+    probe_defaults = tier_defaults.probe or ProbeDefaults()
+    probing = policy.probing or ProbingPolicy()
+    memory = policy.memory or MemoryPolicy()
+    object_store = policy.object_store or ObjectStorePolicy()
+    cephfs = policy.cephfs or CephFSPolicy()
+    replica1 = cephfs.replica1 or Replica1Pool()
+
+    cephfs_class = _policy_only(cephfs.storage_class_name, defaults.cephfs_storage_class)
+    pool_name = _policy_only(replica1.pool_name, defaults.replica1_pool_name)
+    retention = _policy_only(policy.storage_retention, defaults.storage_retention)
+    return EffectiveSettings(
+        mode=_pick(tier_spec.mode, tier_defaults.mode, defaults.mode),
+        kv_cache_dtype=_pick(
+            model.kv_cache_dtype, tier_defaults.kv_cache_dtype, defaults.kv_cache_dtype
+        ),
+        block_size_tokens=_pick(
+            model.block_size_tokens, tier_defaults.block_size_tokens, defaults.block_size_tokens
+        ),
+        cpu_size=_pick(cpu.size, None, defaults.cpu_size),
+        disk_type=_pick(disk.type, tier_defaults.disk_type, defaults.disk_type),
+        probe_enabled=_pick(probe.enabled, probe_defaults.enabled, defaults.probe_enabled),
+        probe_runtime_seconds=_pick(
+            probe.runtime_seconds, probe_defaults.runtime_seconds, defaults.probe_runtime_seconds
+        ),
+        probe_schedule=_policy_only(probing.schedule, defaults.probe_schedule),
+        probe_allow_while_serving=_policy_only(
+            probing.allow_while_serving, defaults.probe_allow_while_serving
+        ),
+        memory_overhead_factor=_policy_only(
+            memory.overhead_factor, defaults.memory_overhead_factor
+        ),
+        memory_headroom_bytes=_bytes(_policy_only(memory.headroom, defaults.memory_headroom)),
+        max_node_memory_fraction=_policy_only(
+            memory.max_node_fraction, defaults.max_node_memory_fraction
+        ),
+        object_store_allowed=_policy_only(object_store.allowed, defaults.object_store_allowed),
+        object_store_max_p99_seconds=_policy_only(
+            object_store.max_p99_seconds, defaults.object_store_max_p99_seconds
+        ),
+        cephfs_storage_class=cephfs_class,
+        cephfs_throughput_ceiling_bytes_per_second=_bytes(
+            _policy_only(cephfs.throughput_ceiling, defaults.cephfs_throughput_ceiling)
+        ),
+        replica1_enabled=_policy_only(replica1.enabled, defaults.replica1_enabled),
+        replica1_owner=_replica1_owner(replica1, defaults),
+        replica1_pool_name=pool_name,
+        # Derived from the class and pool names unless the policy names a class.
+        replica1_storage_class=_policy_only(
+            replica1.storage_class_name, f"{cephfs_class.value}-{pool_name.value}"
+        ),
+        non_beneficial_tier=_policy_only(policy.non_beneficial_tier, defaults.non_beneficial_tier),
+        storage_retention=retention,
+        nvme_pool=_nvme_pool(
+            disk.nvme.pool if disk.nvme else None,
+            policy.nvme_pools or [],
+            retention.value,
+            defaults,
+        ),
+    )

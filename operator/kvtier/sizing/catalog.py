@@ -1,0 +1,72 @@
+"""The built-in catalog of serving models (data in kvtier/catalog/models.yaml)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from kvtier.sizing.errors import SizingError
+from kvtier.sizing.geometry import ModelGeometry
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """One catalog model: its Hugging Face id, the names it answers to and its geometry."""
+
+    id: str
+    short: str
+    aliases: tuple[str, ...]
+    geometry: ModelGeometry
+
+    def names(self) -> tuple[str, ...]:
+        return (self.id, self.short, *self.aliases)
+
+
+@cache
+def load_catalog() -> tuple[CatalogEntry, ...]:
+    """All catalog entries, in file order."""
+    text = resources.files("kvtier").joinpath("catalog/models.yaml").read_text(encoding="utf-8")
+    return tuple(_entry(item) for item in yaml.safe_load(text)["models"])
+
+
+def find_model(name: str) -> CatalogEntry:
+    """The entry named by HF id, short name or alias (case-insensitive; org prefix optional)."""
+    wanted = _normalize(name)
+    for entry in load_catalog():
+        if any(wanted in (_normalize(n), _normalize(n.rsplit("/", 1)[-1])) for n in entry.names()):
+            return entry
+    raise SizingError(
+        "model", f"unknown model {name!r}; see `kvtier models`, or give a config.json or geometry"
+    )
+
+
+def lookup_model(name: str) -> ModelGeometry:
+    """The geometry of a catalog model."""
+    return find_model(name).geometry
+
+
+def _normalize(name: str) -> str:
+    return name.strip().lower()
+
+
+def _entry(item: dict[str, Any]) -> CatalogEntry:
+    layers = item["attentionLayers"]
+    return CatalogEntry(
+        id=item["id"],
+        short=item["short"],
+        aliases=tuple(item.get("aliases", ())),
+        geometry=ModelGeometry(
+            attention_layers=layers,
+            kv_heads=item["kvHeads"],
+            head_dim=item["headDim"],
+            name=item["id"],
+            model_dtype=item.get("dtype", "bfloat16"),
+            latent_attention=item.get("latentAttention", False),
+            total_layers=item.get("totalLayers", layers),
+            source="catalog",
+        ),
+    )

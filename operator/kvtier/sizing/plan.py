@@ -1,0 +1,487 @@
+"""The whole sizing computation: from model, serving and workload to tiers and vLLM config.
+
+`plan(SizingInput(...))` is pure: no Kubernetes, no I/O. Every byte figure is an int; seconds
+are floats. `SizingPlan.as_dict()` is what `kvtier plan -o json` prints and `to_status()` the
+part the operator writes to KVCacheTier status, with the same camelCase names.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from kvtier.sizing.errors import SizingError
+from kvtier.sizing.fio import fio_block_size, fio_command
+from kvtier.sizing.geometry import (
+    ModelGeometry,
+    bytes_per_token_per_rank,
+    kv_heads_per_rank,
+    resolve_kv_dtype,
+)
+from kvtier.sizing.tiers import DISK_TYPES, TierAssessment, assess_tier
+from kvtier.sizing.topology import choose_topology
+from kvtier.sizing.units import human_bytes
+from kvtier.sizing.vllm import kv_transfer_config
+
+GiB = 1 << 30
+EVICTION_POLICIES = ("lru", "arc")
+DISK_CHOICES = ("Auto", "None", *DISK_TYPES)
+# Measured in the study: RGW p99 reached 1.13 s at 5 MB blocks.
+_OBJECT_STORE_WARNING = (
+    "ObjectStore (RGW/S3) tier: competitive at p50, but its p99 reached 1.13 s at 5 MB blocks "
+    "in the study, and that tail lands directly in TTFT; probe p99 before relying on it"
+)
+
+
+@dataclass(frozen=True)
+class SizingInput:
+    """Everything the sizing needs. Defaults are the documented policy defaults.
+
+    The cluster policy (KVCachePolicy) overrides the tunables below the workload fields.
+    """
+
+    geometry: ModelGeometry
+    average_context_tokens: int
+    concurrent_sessions: int = 1  # over all replicas; each replica serves its share
+    replicas: int = 1
+    tensor_parallel_size: int = 1
+    kv_cache_dtype: str = "auto"  # auto | bfloat16 | float16 | fp8 (fp8_e4m3, fp8_e5m2)
+    block_tokens: int = 16  # offload block size; a multiple of the GPU block size
+    gpu_block_tokens: int = 16  # vLLM --block-size
+    cpu_bytes: int | None = None  # None = auto: the working set, capped by node memory
+    # CPU tier cap: node allocatable memory × fraction ÷ model-server pods on the node.
+    node_memory_bytes: int | None = None
+    model_server_pods_per_node: int = 1
+    max_node_memory_fraction: float = 0.5
+    # Pod memory for the tier = overhead × tier + headroom: vLLM's pinned/shared buffers
+    # reach ~1.9× the offload size under cgroup limits.
+    memory_overhead_factor: float = 2.0
+    headroom_bytes: int = 4 * GiB
+    # Disk tiers.
+    disk_type: str = "Auto"  # Auto | None | NVMe | CephFS | ObjectStore
+    available_disk_types: frozenset[str] = frozenset({"NVMe", "CephFS"})
+    eviction_policy: str = "lru"
+    fs_root_dir: str = "/mnt/kv-cache"
+    n_read_threads: int = 16
+    n_write_threads: int = 16
+    object_store_options: Mapping[str, Any] = field(default_factory=dict)
+    # Restore vs recompute: baseline TTFT at the average context with offload off, and the
+    # fio p99 latency / bandwidth per disk type (keys from DISK_TYPES).
+    baseline_ttft_seconds: float | None = None
+    tier_p99_seconds: Mapping[str, float] = field(default_factory=dict)
+    tier_bandwidth_bytes_per_second: Mapping[str, float] = field(default_factory=dict)
+    # GPU KV cache, for the "CPU tier only mirrors HBM" warning: given, or estimated as
+    # GPUs × HBM × utilization − weights when HBM and weights are both known; else no check.
+    gpu_kv_cache_bytes: int | None = None
+    gpu_memory_bytes: int | None = None  # HBM per GPU
+    gpu_count: int | None = None  # default: tensor_parallel_size
+    gpu_memory_utilization: float = 0.9
+    model_weights_bytes: int | None = None
+    # fio probe.
+    probe_jobs: int = 16
+    probe_runtime_seconds: int = 60
+    probe_file_bytes: int = GiB
+
+    def __post_init__(self) -> None:
+        positive_ints = {
+            "averageContextTokens": self.average_context_tokens,
+            "concurrentSessions": self.concurrent_sessions,
+            "replicas": self.replicas,
+            "tensorParallelSize": self.tensor_parallel_size,
+            "blockSizeTokens": self.block_tokens,
+            "gpuBlockSizeTokens": self.gpu_block_tokens,
+            "modelServerPodsPerNode": self.model_server_pods_per_node,
+            "nReadThreads": self.n_read_threads,
+            "nWriteThreads": self.n_write_threads,
+            "probeJobs": self.probe_jobs,
+            "probeRuntimeSeconds": self.probe_runtime_seconds,
+            "probeFileBytes": self.probe_file_bytes,
+        }
+        optional_ints = {
+            "cpu.size": self.cpu_bytes,
+            "nodeMemoryBytes": self.node_memory_bytes,
+            "gpuKVCacheBytes": self.gpu_kv_cache_bytes,
+            "gpuMemoryBytes": self.gpu_memory_bytes,
+            "gpuCount": self.gpu_count,
+            "modelWeightsBytes": self.model_weights_bytes,
+        }
+        given = {k: v for k, v in optional_ints.items() if v is not None}
+        for name, number in {**positive_ints, **given}.items():
+            if not isinstance(number, int) or isinstance(number, bool) or number <= 0:
+                raise SizingError(name, f"must be a whole number greater than zero, got {number!r}")
+        if self.headroom_bytes < 0:
+            raise SizingError("headroomBytes", f"must not be negative, got {self.headroom_bytes}")
+        if self.block_tokens % self.gpu_block_tokens:
+            raise SizingError(
+                "blockSizeTokens",
+                f"{self.block_tokens} is not a multiple of the GPU block size "
+                f"{self.gpu_block_tokens}",
+            )
+        if not 0 < self.max_node_memory_fraction <= 1:
+            raise SizingError("maxNodeMemoryFraction", "must be in (0, 1]")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise SizingError("gpuMemoryUtilization", "must be in (0, 1]")
+        if self.memory_overhead_factor < 1:
+            raise SizingError("memoryOverheadFactor", "must be at least 1")
+        if self.eviction_policy not in EVICTION_POLICIES:
+            raise SizingError("evictionPolicy", f"use {'|'.join(EVICTION_POLICIES)}")
+        if self.disk_type not in DISK_CHOICES:
+            raise SizingError("disk.type", f"unknown disk type; use {'|'.join(DISK_CHOICES)}")
+        for name, disks in (
+            ("availableDiskTypes", set(self.available_disk_types)),
+            ("tierP99Seconds", set(self.tier_p99_seconds)),
+            ("tierBandwidth", set(self.tier_bandwidth_bytes_per_second)),
+        ):
+            unknown = sorted(disks - set(DISK_TYPES))
+            if unknown:
+                raise SizingError(
+                    name, f"unknown disk type {unknown[0]!r}; use {'|'.join(DISK_TYPES)}"
+                )
+        for name, measured in (
+            ("tierP99Seconds", self.tier_p99_seconds),
+            ("tierBandwidth", self.tier_bandwidth_bytes_per_second),
+        ):
+            for disk, value in measured.items():
+                if not value > 0:
+                    raise SizingError(name, f"{disk} must be greater than zero, got {value}")
+        if self.baseline_ttft_seconds is not None and not self.baseline_ttft_seconds > 0:
+            raise SizingError("baselineTTFTSeconds", "must be greater than zero")
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """The `status.sizing` figures, plus what the pod needs for the CPU tier."""
+
+    bytes_per_token: int
+    bytes_per_token_per_rank: int
+    block_bytes: int
+    working_set_bytes: int  # per replica: what one server's CPU tier must hold
+    working_set_bytes_all_replicas: int
+    cpu_bytes_to_use: int  # per server, over all its workers (vLLM's meaning)
+    fits_in_cpu: bool
+    contexts_in_cpu: float  # average contexts the CPU tier holds, 2 decimals
+    topology: str
+    pod_memory_bytes: int  # memory to add to the model-server container for the tier
+    shm_bytes: int  # /dev/shm (memory emptyDir) size: the tier's backing file + headroom
+
+    def to_status(self) -> dict[str, Any]:
+        return {
+            "bytesPerToken": self.bytes_per_token,
+            "bytesPerTokenPerRank": self.bytes_per_token_per_rank,
+            "blockBytes": self.block_bytes,
+            "workingSetBytes": self.working_set_bytes,
+            "cpuBytesToUse": self.cpu_bytes_to_use,
+            "fitsInCPU": self.fits_in_cpu,
+            "contextsInCPU": self.contexts_in_cpu,
+            "topology": self.topology,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **self.to_status(),
+            "workingSetBytesAllReplicas": self.working_set_bytes_all_replicas,
+            "podMemoryBytes": self.pod_memory_bytes,
+            "shmBytes": self.shm_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class SizingPlan:
+    """The result of `plan()`."""
+
+    input: SizingInput
+    kv_cache_dtype: str  # resolved: never "auto"
+    kv_bytes_per_element: int
+    kv_heads_per_rank: int
+    sessions_per_replica: int
+    sizing: Sizing
+    tiers: tuple[TierAssessment, ...]
+    disk: str | None  # the chosen secondary tier
+    fio_block_size: int
+    fio_command: str
+    kv_transfer_config: dict[str, Any]
+    decisions: dict[str, str]  # sizing field → one line saying why
+    warnings: tuple[str, ...]
+
+    def to_status(self) -> dict[str, Any]:
+        """The `sizing` and `tiers` figures of KVCacheTier status."""
+        return {
+            "sizing": self.sizing.to_status(),
+            "tiers": [
+                {
+                    "name": t.name,
+                    "crossoverTokens": t.crossover_tokens,
+                    "restoreBlocksPerSecond": t.restore_blocks_per_second,
+                    "beneficial": t.beneficial,
+                }
+                for t in self.tiers
+                if t.selected
+            ],
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        """Everything, camelCase: the `kvtier plan -o json` document."""
+        g = self.input.geometry
+        return {
+            "model": {
+                "name": g.name,
+                "source": g.source,
+                "attentionLayers": g.attention_layers,
+                "totalLayers": g.total_layers,
+                "kvHeads": g.kv_heads,
+                "headDim": g.head_dim,
+                "latentAttention": g.latent_attention,
+                "modelDtype": g.model_dtype,
+                "kvCacheDtype": self.kv_cache_dtype,
+                "kvBytesPerElement": self.kv_bytes_per_element,
+                "tensorParallelSize": self.input.tensor_parallel_size,
+                "kvHeadsPerRank": self.kv_heads_per_rank,
+            },
+            "workload": {
+                "averageContextTokens": self.input.average_context_tokens,
+                "concurrentSessions": self.input.concurrent_sessions,
+                "sessionsPerReplica": self.sessions_per_replica,
+                "replicas": self.input.replicas,
+                "blockSizeTokens": self.input.block_tokens,
+            },
+            "sizing": self.sizing.as_dict(),
+            "tiers": [t.as_dict() for t in self.tiers],
+            "fioBlockSize": self.fio_block_size,
+            "fioCommand": self.fio_command,
+            "kvTransferConfig": self.kv_transfer_config,
+            "decisions": self.decisions,
+            "warnings": list(self.warnings),
+        }
+
+
+def plan(inp: SizingInput) -> SizingPlan:
+    """Size the CPU tier, choose the topology, assess disk tiers, write the vLLM config."""
+    g = inp.geometry
+    tp = inp.tensor_parallel_size
+    dtype, dtype_bytes = resolve_kv_dtype(inp.kv_cache_dtype, g.model_dtype)
+    heads = kv_heads_per_rank(g, tp)
+    per_rank = bytes_per_token_per_rank(g, tp, dtype_bytes)
+    per_token = per_rank * tp
+    block = inp.block_tokens * per_token
+    context_bytes = per_token * inp.average_context_tokens
+    sessions = math.ceil(inp.concurrent_sessions / inp.replicas)
+    working_set = context_bytes * sessions
+    decisions: dict[str, str] = {}
+    warnings: list[str] = []
+
+    decisions["kvCacheDtype"] = (
+        f"auto → {dtype} (model dtype {g.model_dtype})"
+        if inp.kv_cache_dtype.strip().lower() == "auto"
+        else f"{dtype} as requested"
+    )
+    decisions["bytesPerTokenPerRank"] = _per_rank_why(g, tp, heads, dtype, dtype_bytes)
+    decisions["bytesPerToken"] = (
+        f"{per_rank:,} B per rank × TP {tp} (cpu_bytes_to_use counts every worker)"
+    )
+    decisions["blockBytes"] = f"{inp.block_tokens} tokens × {per_token:,} B/token"
+    decisions["workingSetBytes"] = (
+        f"{per_token:,} B/token × {inp.average_context_tokens:,} tokens × {sessions} sessions "
+        f"per replica ({inp.concurrent_sessions} sessions over {inp.replicas} replicas)"
+    )
+    decisions["workingSetBytesAllReplicas"] = (
+        f"one context {human_bytes(context_bytes)} × {inp.concurrent_sessions} sessions"
+    )
+
+    cpu = _cpu_tier(inp, working_set, block, decisions, warnings)
+    fits = cpu >= working_set
+    decisions["fitsInCPU"] = (
+        f"CPU tier {human_bytes(cpu)} {'≥' if fits else '<'} working set {human_bytes(working_set)}"
+    )
+    contexts = round(cpu / context_bytes, 2)
+    decisions["contextsInCPU"] = (
+        f"CPU tier ÷ one {inp.average_context_tokens:,}-token context, {human_bytes(context_bytes)}"
+    )
+    if contexts < 1:
+        warnings.append("the CPU tier holds less than one average context")
+    _check_mirrors_hbm(inp, cpu, warnings)
+
+    pod_memory = _ceil_mul(cpu, inp.memory_overhead_factor) + inp.headroom_bytes
+    decisions["podMemoryBytes"] = (
+        f"{inp.memory_overhead_factor:g} × CPU tier (vLLM pinned/shared buffers reach ~1.9×) "
+        f"+ {human_bytes(inp.headroom_bytes)} headroom"
+    )
+    shm = cpu + inp.headroom_bytes
+    decisions["shmBytes"] = (
+        "/dev/shm holds the whole CPU tier file (vllm_offload_*.mmap) + headroom"
+    )
+
+    topo = choose_topology(fits, inp.replicas, inp.available_disk_types, inp.disk_type)
+    decisions["topology"] = topo.reason
+    warnings.extend(topo.warnings)
+
+    tiers = _assess_tiers(inp, topo.disk, block)
+    if any(t.name == "ObjectStore" for t in tiers):
+        warnings.append(_OBJECT_STORE_WARNING)
+    for tier in tiers:
+        if tier.selected and tier.beneficial is False:
+            warnings.append(f"{tier.name} tier: {tier.reason}")
+
+    fio_bs = fio_block_size(block)
+    decisions["fioBlockSize"] = (
+        "the server-wide block size"
+        if fio_bs == block
+        else f"{block:,} B rounded up to {fio_bs:,} B: O_DIRECT needs 4 KiB-aligned I/O"
+    )
+    command = fio_command(
+        block,
+        inp.fs_root_dir,
+        jobs=inp.probe_jobs,
+        runtime_seconds=inp.probe_runtime_seconds,
+        size_bytes=inp.probe_file_bytes,
+    )
+    config = kv_transfer_config(
+        cpu,
+        inp.block_tokens,
+        topo.disk,
+        eviction_policy=inp.eviction_policy,
+        fs_root_dir=inp.fs_root_dir,
+        n_read_threads=inp.n_read_threads,
+        n_write_threads=inp.n_write_threads,
+        object_store_options=inp.object_store_options,
+    )
+    if topo.disk == "ObjectStore" and not inp.object_store_options:
+        warnings.append("the obj tier needs its endpoint and bucket options (objectStoreOptions)")
+
+    return SizingPlan(
+        input=inp,
+        kv_cache_dtype=dtype,
+        kv_bytes_per_element=dtype_bytes,
+        kv_heads_per_rank=heads,
+        sessions_per_replica=sessions,
+        sizing=Sizing(
+            bytes_per_token=per_token,
+            bytes_per_token_per_rank=per_rank,
+            block_bytes=block,
+            working_set_bytes=working_set,
+            working_set_bytes_all_replicas=context_bytes * inp.concurrent_sessions,
+            cpu_bytes_to_use=cpu,
+            fits_in_cpu=fits,
+            contexts_in_cpu=contexts,
+            topology=topo.topology,
+            pod_memory_bytes=pod_memory,
+            shm_bytes=shm,
+        ),
+        tiers=tiers,
+        disk=topo.disk,
+        fio_block_size=fio_bs,
+        fio_command=command,
+        kv_transfer_config=config,
+        decisions=decisions,
+        warnings=tuple(warnings),
+    )
+
+
+def cpu_tier_cap(inp: SizingInput) -> int | None:
+    """The largest CPU tier the node affords one model-server pod, or None if memory is unknown.
+
+    The pod's share of node memory (fraction ÷ pods per node), minus headroom, divided by the
+    overhead factor, because the tier costs overhead × its size in pod memory.
+    """
+    if inp.node_memory_bytes is None:
+        return None
+    share = Decimal(inp.node_memory_bytes) * Decimal(str(inp.max_node_memory_fraction))
+    budget = int(share) // inp.model_server_pods_per_node - inp.headroom_bytes
+    return max(0, int(budget / Decimal(str(inp.memory_overhead_factor))))
+
+
+def _cpu_tier(
+    inp: SizingInput, working_set: int, block: int, decisions: dict[str, str], warnings: list[str]
+) -> int:
+    cap = cpu_tier_cap(inp)
+    cap_why = (
+        f"{inp.max_node_memory_fraction:g} of {human_bytes(inp.node_memory_bytes or 0)} node "
+        f"memory ÷ {inp.model_server_pods_per_node} pod(s), − headroom, ÷ overhead "
+        f"{inp.memory_overhead_factor:g}"
+    )
+    if inp.cpu_bytes is not None:
+        cpu = inp.cpu_bytes
+        if cpu < block:
+            raise SizingError("cpu.size", f"{cpu:,} B is smaller than one {block:,} B block")
+        decisions["cpuBytesToUse"] = "as requested"
+        if cap is not None and cpu > cap:
+            warnings.append(
+                f"the requested CPU tier {human_bytes(cpu)} exceeds what the node affords one "
+                f"pod, {human_bytes(cap)} ({cap_why})"
+            )
+        return cpu
+    wanted = -(-working_set // block) * block  # whole blocks
+    if cap is None:
+        warnings.append("node memory unknown: the auto CPU tier is the whole working set, uncapped")
+        decisions["cpuBytesToUse"] = "auto: the working set, rounded up to whole blocks"
+        return wanted
+    if cap < block:
+        raise SizingError(
+            "nodeMemoryBytes", f"leaves {human_bytes(cap)} for a CPU tier, less than one block"
+        )
+    if wanted <= cap:
+        decisions["cpuBytesToUse"] = "auto: the working set, rounded up to whole blocks"
+        return wanted
+    decisions["cpuBytesToUse"] = f"auto: capped at whole blocks of {human_bytes(cap)} ({cap_why})"
+    return cap // block * block
+
+
+def _check_mirrors_hbm(inp: SizingInput, cpu: int, warnings: list[str]) -> None:
+    gpu_kv = inp.gpu_kv_cache_bytes
+    if gpu_kv is None and inp.gpu_memory_bytes and inp.model_weights_bytes:
+        gpus = inp.gpu_count or inp.tensor_parallel_size
+        usable = _ceil_mul(gpus * inp.gpu_memory_bytes, inp.gpu_memory_utilization)
+        gpu_kv = usable - inp.model_weights_bytes
+    if gpu_kv is not None and gpu_kv > 0 and cpu < gpu_kv:
+        warnings.append(
+            f"the CPU tier {human_bytes(cpu)} is smaller than the GPU KV cache "
+            f"{human_bytes(gpu_kv)}: it only mirrors HBM and adds no hits"
+        )
+
+
+def _assess_tiers(inp: SizingInput, disk: str | None, block: int) -> tuple[TierAssessment, ...]:
+    # Every disk type that could be chosen or was measured, in a stable order.
+    names = [
+        d
+        for d in DISK_TYPES
+        if d in inp.available_disk_types
+        or d in inp.tier_p99_seconds
+        or d in inp.tier_bandwidth_bytes_per_second
+        or d == disk
+    ]
+    return tuple(
+        assess_tier(
+            name,
+            selected=name == disk,
+            context_tokens=inp.average_context_tokens,
+            block_tokens=inp.block_tokens,
+            block_bytes=block,
+            ttft_seconds=inp.baseline_ttft_seconds,
+            p99_seconds=inp.tier_p99_seconds.get(name),
+            bandwidth=inp.tier_bandwidth_bytes_per_second.get(name),
+        )
+        for name in names
+    )
+
+
+def _per_rank_why(g: ModelGeometry, tp: int, heads: int, dtype: str, dtype_bytes: int) -> str:
+    if g.latent_attention:
+        return (
+            f"{g.attention_layers} layers × {g.head_dim} latent (MLA: not split into K/V, "
+            f"not sharded by TP) × {dtype_bytes} B ({dtype})"
+        )
+    if tp > g.kv_heads:
+        head_text = f"1 KV head/rank ({g.kv_heads} heads replicated over TP {tp})"
+    else:
+        head_text = f"{heads} KV head(s)/rank ({g.kv_heads} ÷ TP {tp})"
+    return (
+        f"2 (K,V) × {g.attention_layers} attention layers × {head_text} × {g.head_dim} head dim "
+        f"× {dtype_bytes} B ({dtype})"
+    )
+
+
+def _ceil_mul(n: int, factor: float) -> int:
+    """n × factor rounded up, exact for decimal factors such as 2.0 or 0.9."""
+    return math.ceil(Decimal(n) * Decimal(str(factor)))

@@ -1,0 +1,88 @@
+"""The generated CRDs on a real kube-apiserver: examples are admitted, every entry of the
+bad-input corpus is rejected with a message that names its field."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from localcluster import LocalCluster
+
+REPO = Path(__file__).resolve().parents[2]
+BAD_INPUTS: list[dict[str, Any]] = yaml.safe_load(
+    (Path(__file__).parent / "bad_inputs.yaml").read_text()
+)
+PLURALS = {"KVCacheTier": "kvcachetiers", "KVCachePolicy": "kvcachepolicies"}
+
+
+@pytest.fixture(scope="module")
+def crds(cluster: LocalCluster) -> None:
+    cluster.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "crds"))
+    cluster.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/kvcachetiers.kvcache.io",
+        "crd/kvcachepolicies.kvcache.io",
+    )
+
+
+@pytest.fixture(scope="module")
+def ns(admin_api: client.ApiClient, crds: None) -> str:
+    name = f"admission-{uuid.uuid4().hex[:6]}"
+    client.CoreV1Api(admin_api).create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name))
+    )
+    return name
+
+
+def _create(
+    api: client.ApiClient, kind: str, metadata: dict[str, Any], spec: Any, dry_run: bool = True
+) -> None:
+    custom = client.CustomObjectsApi(api)
+    body = {"apiVersion": "kvcache.io/v1alpha1", "kind": kind, "metadata": metadata, "spec": spec}
+    dry = "All" if dry_run else None
+    if kind == "KVCachePolicy":
+        custom.create_cluster_custom_object(
+            "kvcache.io", "v1alpha1", PLURALS[kind], body, dry_run=dry
+        )
+    else:
+        custom.create_namespaced_custom_object(
+            "kvcache.io", "v1alpha1", metadata["namespace"], PLURALS[kind], body, dry_run=dry
+        )
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_examples_are_admitted(admin_api: client.ApiClient, ns: str, path: Path) -> None:
+    for doc in yaml.safe_load_all(path.read_text()):
+        meta = dict(doc["metadata"])
+        if doc["kind"] == "KVCacheTier":
+            meta["namespace"] = ns
+        _create(admin_api, doc["kind"], meta, doc["spec"])
+
+
+def test_corpus_is_large_enough() -> None:
+    assert len(BAD_INPUTS) >= 15
+    assert {e["kind"] for e in BAD_INPUTS} == set(PLURALS)
+
+
+@pytest.mark.parametrize("entry", BAD_INPUTS, ids=lambda e: e["name"])
+def test_bad_input_is_rejected_naming_the_field(
+    admin_api: client.ApiClient, ns: str, entry: dict[str, Any]
+) -> None:
+    default_meta = (
+        {"name": "bad", "namespace": ns} if entry["kind"] == "KVCacheTier" else {"name": "cluster"}
+    )
+    metadata = {**default_meta, **entry.get("metadata", {})}
+    if entry["kind"] == "KVCacheTier":
+        metadata["namespace"] = ns
+    with pytest.raises(ApiException) as rejected:
+        _create(admin_api, entry["kind"], metadata, entry["object"])
+    assert rejected.value.status == 422, rejected.value.body
+    assert entry["expectMessage"] in str(rejected.value.body)

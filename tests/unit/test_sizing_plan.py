@@ -1,0 +1,323 @@
+"""The full plan: CPU tier, topology, restore vs recompute, vLLM config, fio, status shape."""
+
+import json
+from typing import Any
+
+import pytest
+
+from kvtier.sizing import (
+    ModelGeometry,
+    SizingError,
+    SizingInput,
+    assess_tier,
+    choose_topology,
+    crossover_tokens,
+    fio_args,
+    fio_block_size,
+    kv_transfer_config,
+    kv_transfer_config_arg,
+    lookup_model,
+    plan,
+)
+
+GB = 10**9
+GiB = 2**30
+LLAMA_70B = lookup_model("llama-3.1-70b")
+
+
+def _input(**changes: Any) -> SizingInput:
+    base: dict[str, Any] = {
+        "geometry": LLAMA_70B,
+        "tensor_parallel_size": 8,
+        "average_context_tokens": 131_072,
+    }
+    return SizingInput(**{**base, **changes})
+
+
+def test_study_llama_70b_64gb_cpu_tier() -> None:
+    result = plan(_input(cpu_bytes=64 * GB))
+    s = result.sizing
+    assert s.bytes_per_token == 327_680
+    assert s.bytes_per_token_per_rank == 40_960
+    assert s.block_bytes == 5_242_880
+    assert s.working_set_bytes == 40 * GiB
+    assert s.cpu_bytes_to_use == 64 * GB
+    assert s.contexts_in_cpu == 1.49  # "holds only ~1.5 such contexts"
+    assert s.fits_in_cpu
+    assert s.topology == "CPUOnly"
+
+
+def test_status_shape_is_exactly_the_crd_fields() -> None:
+    status = plan(_input(cpu_bytes=64 * GB, concurrent_sessions=2)).to_status()
+    assert list(status) == ["sizing", "tiers"]
+    assert set(status["sizing"]) == {
+        "bytesPerToken",
+        "bytesPerTokenPerRank",
+        "blockBytes",
+        "workingSetBytes",
+        "cpuBytesToUse",
+        "fitsInCPU",
+        "contextsInCPU",
+        "topology",
+    }
+    assert status["tiers"] == [
+        {
+            "name": "NVMe",
+            "crossoverTokens": None,
+            "restoreBlocksPerSecond": None,
+            "beneficial": None,
+        }
+    ]
+    json.dumps(status)  # plain JSON types only
+
+
+def test_every_byte_figure_is_an_int() -> None:
+    sizing = plan(_input(concurrent_sessions=7, node_memory_bytes=2 * 2**40)).as_dict()["sizing"]
+    for key, value in sizing.items():
+        if key.endswith("Bytes") or key.startswith("bytes") or key == "cpuBytesToUse":
+            assert type(value) is int, key
+
+
+def test_auto_cpu_tier_is_the_working_set_in_whole_blocks() -> None:
+    result = plan(_input(average_context_tokens=50_000, node_memory_bytes=2 * 2**40))
+    s = result.sizing
+    assert s.working_set_bytes == 327_680 * 50_000
+    assert s.cpu_bytes_to_use % s.block_bytes == 0
+    assert s.working_set_bytes <= s.cpu_bytes_to_use < s.working_set_bytes + s.block_bytes
+    assert s.fits_in_cpu and s.topology == "CPUOnly"
+
+
+def test_auto_cpu_tier_is_capped_by_node_memory() -> None:
+    # 64 sessions of 128K: 2.5 TiB per replica, far beyond a 2 TiB node's share.
+    inp = _input(concurrent_sessions=64, node_memory_bytes=2 * 2**40)
+    result = plan(inp)
+    cap = (2 * 2**40 // 2 - 4 * GiB) // 2  # half the node, − headroom, ÷ overhead 2.0
+    assert result.sizing.cpu_bytes_to_use == cap // 5_242_880 * 5_242_880
+    assert not result.sizing.fits_in_cpu
+    assert result.sizing.topology == "CPUAndNVMe"
+    assert "capped" in result.decisions["cpuBytesToUse"]
+
+
+def test_pods_per_node_share_the_cap() -> None:
+    one = plan(_input(concurrent_sessions=64, node_memory_bytes=2 * 2**40))
+    four = plan(
+        _input(concurrent_sessions=64, node_memory_bytes=2 * 2**40, model_server_pods_per_node=4)
+    )
+    assert four.sizing.cpu_bytes_to_use < one.sizing.cpu_bytes_to_use // 3
+
+
+def test_pod_memory_and_shm() -> None:
+    s = plan(_input(cpu_bytes=64 * GB, memory_overhead_factor=1.9, headroom_bytes=GiB)).sizing
+    assert s.pod_memory_bytes == 121_600_000_000 + GiB
+    assert s.shm_bytes == 64 * GB + GiB
+
+
+def test_sessions_are_shared_by_replicas() -> None:
+    result = plan(_input(cpu_bytes=64 * GB, concurrent_sessions=5, replicas=2))
+    assert result.sessions_per_replica == 3
+    assert result.sizing.working_set_bytes == 3 * 40 * GiB
+    assert result.sizing.working_set_bytes_all_replicas == 5 * 40 * GiB
+    assert result.sizing.topology == "CPUAndCephFS"
+
+
+def test_no_node_memory_warns_that_auto_is_uncapped() -> None:
+    assert any("node memory unknown" in w for w in plan(_input()).warnings)
+
+
+def test_cpu_tier_smaller_than_gpu_kv_cache_warns() -> None:
+    result = plan(_input(cpu_bytes=64 * GB, gpu_kv_cache_bytes=200 * GB))
+    assert any("mirrors HBM" in w for w in result.warnings)
+    # Estimated: 8 × 80 GB × 0.9 − 141 GB of weights = 435 GB of GPU KV cache.
+    estimated = plan(
+        _input(cpu_bytes=64 * GB, gpu_memory_bytes=80 * GB, model_weights_bytes=141 * GB)
+    )
+    assert any("435 GB" in w for w in estimated.warnings)
+    # Unknown GPU KV cache: no warning, no guess.
+    assert not any("mirrors" in w for w in plan(_input(cpu_bytes=64 * GB)).warnings)
+
+
+@pytest.mark.parametrize(
+    ("fits", "replicas", "available", "expected", "warns"),
+    [
+        (True, 1, {"NVMe", "CephFS"}, "CPUOnly", False),
+        (True, 4, {"NVMe", "CephFS"}, "CPUOnly", False),
+        (False, 1, {"NVMe", "CephFS"}, "CPUAndNVMe", False),
+        (False, 3, {"NVMe", "CephFS"}, "CPUAndCephFS", False),
+        (False, 1, {"CephFS"}, "CPUAndCephFS", True),
+        (False, 3, {"NVMe"}, "CPUAndNVMe", True),
+        (False, 3, {"ObjectStore"}, "CPUAndObjectStore", True),
+        (False, 1, set(), "CPUOnly", True),
+    ],
+)
+def test_topology_rules(
+    fits: bool, replicas: int, available: set[str], expected: str, warns: bool
+) -> None:
+    decision = choose_topology(fits, replicas, frozenset(available))
+    assert decision.topology == expected
+    assert bool(decision.warnings) == warns
+
+
+def test_object_store_only_when_explicitly_available() -> None:
+    assert choose_topology(False, 3, {"NVMe", "CephFS", "ObjectStore"}).topology == "CPUAndCephFS"
+
+
+def test_forced_and_disabled_disk() -> None:
+    assert choose_topology(False, 1, {"NVMe"}, "None").topology == "CPUOnly"
+    forced = choose_topology(True, 1, {"CephFS"}, "CephFS")
+    assert forced.topology == "CPUAndCephFS" and forced.warnings
+    with pytest.raises(SizingError) as err:
+        choose_topology(False, 1, {"CephFS"}, "NVMe")
+    assert err.value.field == "disk.type"
+
+
+def test_crossover_worked_numbers() -> None:
+    # t_prefill = 60 s / 50,000 tokens = 1.2 ms/token; L = T_p99 / t_prefill.
+    assert crossover_tokens(0.6, 60, 50_000) == 500
+    assert crossover_tokens(1.13, 60, 50_000) == 942  # 941.67 → 942
+    assert crossover_tokens(0.012, 10, 50_000) == 60
+
+
+def test_205_mb_per_s_at_5_mb_blocks_is_about_40_blocks_per_second() -> None:
+    tier = assess_tier(
+        "CephFS",
+        selected=True,
+        context_tokens=131_072,
+        block_tokens=16,
+        block_bytes=5_242_880,
+        ttft_seconds=None,
+        p99_seconds=None,
+        bandwidth=205e6,
+    )
+    assert tier.restore_blocks_per_second is not None
+    assert 39 <= tier.restore_blocks_per_second <= 41
+    assert tier.restore_seconds == pytest.approx(8192 * 5_242_880 / 205e6, abs=1e-3)
+    assert tier.beneficial is None  # no TTFT to compare with
+
+
+def test_restore_wins_when_long_and_fast() -> None:
+    result = plan(
+        _input(
+            average_context_tokens=50_000,
+            cpu_bytes=64 * GB,
+            concurrent_sessions=8,
+            baseline_ttft_seconds=60,
+            tier_p99_seconds={"NVMe": 0.02},
+            tier_bandwidth_bytes_per_second={"NVMe": 6e9},
+        )
+    )
+    (nvme,) = (t for t in result.tiers if t.name == "NVMe")
+    assert nvme.selected and nvme.beneficial is True
+    assert nvme.crossover_tokens == 17
+    assert nvme.reason.startswith("restore wins")
+
+
+def test_bandwidth_limit_makes_recompute_win() -> None:
+    result = plan(
+        _input(
+            cpu_bytes=64 * GB,
+            concurrent_sessions=4,
+            replicas=2,
+            baseline_ttft_seconds=60,
+            tier_p99_seconds={"CephFS": 1.13},
+            tier_bandwidth_bytes_per_second={"CephFS": 205e6},
+        )
+    )
+    (ceph,) = (t for t in result.tiers if t.selected)
+    assert ceph.beneficial is False
+    assert "takes" in ceph.reason and "crossover" not in ceph.reason  # names the failing check
+    assert any(w.startswith("CephFS tier: recompute wins") for w in result.warnings)
+
+
+def test_object_store_gets_the_p99_tail_warning() -> None:
+    result = plan(
+        _input(
+            cpu_bytes=64 * GB,
+            concurrent_sessions=4,
+            available_disk_types=frozenset({"ObjectStore"}),
+            object_store_options={"bucket": "kv"},
+        )
+    )
+    assert result.sizing.topology == "CPUAndObjectStore"
+    assert any("p99" in w and "TTFT" in w for w in result.warnings)
+    tier = result.kv_transfer_config["kv_connector_extra_config"]["secondary_tiers"][0]
+    assert tier == {"type": "obj", "bucket": "kv"}
+
+
+def test_vllm_config_cpu_only() -> None:
+    config = kv_transfer_config(64 * GB, 16)
+    assert kv_transfer_config_arg(config) == (
+        '{"kv_connector":"OffloadingConnector","kv_role":"kv_both",'
+        '"kv_connector_extra_config":{"spec_name":"CPUOffloadingSpec",'
+        '"cpu_bytes_to_use":64000000000,"block_size":16}}'
+    )
+
+
+def test_vllm_config_with_fs_tier() -> None:
+    result = plan(_input(cpu_bytes=64 * GB, concurrent_sessions=4, fs_root_dir="/kv"))
+    assert result.kv_transfer_config == {
+        "kv_connector": "OffloadingConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {
+            "spec_name": "TieringOffloadingSpec",
+            "cpu_bytes_to_use": 64 * GB,
+            "block_size": 16,
+            "eviction_policy": "lru",
+            "secondary_tiers": [
+                {"type": "fs", "root_dir": "/kv", "n_read_threads": 16, "n_write_threads": 16}
+            ],
+        },
+    }
+
+
+def test_fio_block_size_and_o_direct_rounding() -> None:
+    assert fio_block_size(5_242_880) == 5_242_880
+    assert fio_block_size(1_179_648) == 1_179_648
+    mla = plan(
+        SizingInput(
+            geometry=ModelGeometry(61, 1, 576, latent_attention=True),
+            average_context_tokens=1000,
+        )
+    )
+    assert mla.sizing.block_bytes == 1_124_352  # 16 × 61 × 576 × 2, not 4 KiB aligned
+    assert mla.fio_block_size == 1_126_400
+    assert "O_DIRECT" in mla.decisions["fioBlockSize"]
+    assert "--bs=1126400" in mla.fio_command
+
+
+def test_fio_args_follow_the_study() -> None:
+    args = fio_args(5_242_880, "/mnt/kv-cache")
+    for flag in (
+        "--rw=randrw",
+        "--rwmixread=75",
+        "--bs=5242880",
+        "--iodepth=1",
+        "--numjobs=16",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--runtime=60",
+    ):
+        assert flag in args
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"average_context_tokens": 0}, "averageContextTokens"),
+        ({"concurrent_sessions": -1}, "concurrentSessions"),
+        ({"cpu_bytes": 0}, "cpu.size"),
+        ({"block_tokens": 24}, "blockSizeTokens"),
+        ({"tensor_parallel_size": 3}, "tensorParallelSize"),
+        ({"kv_cache_dtype": "int8"}, "kvCacheDtype"),
+        ({"disk_type": "Tape"}, "disk.type"),
+        ({"available_disk_types": frozenset({"Tape"})}, "availableDiskTypes"),
+        ({"tier_p99_seconds": {"NVMe": 0}}, "tierP99Seconds"),
+        ({"max_node_memory_fraction": 1.5}, "maxNodeMemoryFraction"),
+        ({"cpu_bytes": 1000}, "cpu.size"),  # smaller than one block
+        ({"node_memory_bytes": 8 * GiB}, "nodeMemoryBytes"),  # nothing left after headroom
+        ({"eviction_policy": "fifo"}, "evictionPolicy"),
+    ],
+)
+def test_bad_input_names_its_field(changes: dict[str, Any], field: str) -> None:
+    with pytest.raises(SizingError) as err:
+        plan(_input(**changes))
+    assert err.value.field == field
