@@ -16,7 +16,10 @@ from typing import TYPE_CHECKING, NoReturn
 from kvtier import __version__
 from kvtier.sizing import SizingError
 
-SUBCOMMAND_MODULES: tuple[str, ...] = ("kvtier.cli_plan",)
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "kvtier.cli_plan",
+    "kvtier.cli_operator",
+)
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]

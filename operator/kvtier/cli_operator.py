@@ -1,0 +1,53 @@
+"""`kvtier operator`: run the controller (kopf) with metrics and health endpoints."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kvtier.cli import Subparsers
+
+
+def register(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "operator",
+        help="run the kvtier operator",
+        description="Watch KVCacheTiers cluster-wide, size them, report status and metrics.",
+    )
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then KUBECONFIG)")
+    p.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port")
+    p.add_argument("--health-port", type=int, default=8081, help="liveness /healthz port")
+    p.add_argument("--bind-address", default="0.0.0.0", help="address the endpoints listen on")
+    p.add_argument("--workers", type=int, default=4, help="tiers reconciled concurrently")
+    p.add_argument("--log-format", choices=["json", "plain"], default="json")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import kopf
+
+    from kvtier import metrics
+    from kvtier.handlers import registration
+
+    if args.kubeconfig:
+        os.environ[registration.ENV_KUBECONFIG] = args.kubeconfig
+    os.environ[registration.ENV_WORKERS] = str(args.workers)
+    kopf.configure(
+        verbose=args.verbose,
+        log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN,
+    )
+    logging.getLogger("kvtier").setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    metrics.serve(args.metrics_port, args.bind_address)
+    asyncio.run(
+        kopf.operator(
+            clusterwide=True,
+            standalone=True,
+            liveness_endpoint=f"http://{args.bind_address}:{args.health_port}/healthz",
+        )
+    )
+    return 0

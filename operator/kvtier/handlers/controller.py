@@ -1,0 +1,192 @@
+"""Reconcile one KVCacheTier: read facts from the cache, decide, write only what changed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from kvtier import metrics
+from kvtier.api.tier import API_VERSION
+from kvtier.handlers.cache import Cache, TierKey
+from kvtier.handlers.workqueue import WorkQueue
+from kvtier.kube.rest import FIELD_MANAGER, Kube
+from kvtier.policy.conditions import timestamp
+from kvtier.policy.decide import Decision, Event, Facts, decide
+
+log = logging.getLogger("kvtier.controller")
+STATUS_KEYS = (
+    "observedGeneration",
+    "cpuTier",
+    "diskTier",
+    "sizing",
+    "tiers",
+    "plan",
+    "effective",
+    "conditions",
+)
+
+
+def prune(value: Any) -> Any:
+    """Drop None values recursively: the shape the API server stores."""
+    if isinstance(value, Mapping):
+        return {k: prune(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [prune(v) for v in value]
+    return value
+
+
+def status_patch(
+    current: Mapping[str, Any] | None, desired: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The merge patch that turns `current` into `desired`, or None when they already agree."""
+    current = current or {}
+    want = {k: prune(desired.get(k)) for k in STATUS_KEYS}
+    if all(want[k] == current.get(k) for k in STATUS_KEYS):
+        return None
+    # Whole keys are replaced: merge patch replaces lists anyway, and None removes a key.
+    return {k: want[k] for k in STATUS_KEYS if want[k] != current.get(k)}
+
+
+class Controller:
+    """Shared state of the running operator."""
+
+    def __init__(self, kube: Kube, workers: int = 4) -> None:
+        self.kube = kube
+        self.cache = Cache()
+        self.queue: WorkQueue[TierKey] = WorkQueue()
+        self.workers = workers
+        self.instance = socket.gethostname()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._worker(i)) for i in range(self.workers)]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def enqueue(self, keys: list[TierKey]) -> None:
+        for key in keys:
+            self.queue.add(key)
+
+    async def _worker(self, index: int) -> None:
+        while True:
+            key = await self.queue.get()
+            started = time.monotonic()
+            result = "success"
+            try:
+                await self.reconcile(key)
+                self.queue.forget(key)
+            except ApiException as exc:
+                result = "conflict" if exc.status == 409 else "error"
+                if exc.status == 409:
+                    self.queue.add_after(key, 0.2)
+                else:
+                    delay = self.queue.retry(key)
+                    log.warning(
+                        "reconcile %s/%s failed (%s); retry in %.1fs", *key, exc.status, delay
+                    )
+            except Exception:
+                result = "error"
+                delay = self.queue.retry(key)
+                log.exception("reconcile %s/%s failed; retry in %.1fs", *key, delay)
+            finally:
+                self.queue.done(key)
+                metrics.RECONCILES.labels(result).inc()
+                metrics.RECONCILE_SECONDS.labels(result).observe(time.monotonic() - started)
+                if result == "error":
+                    metrics.LAST_ERROR.set(time.time())
+
+    async def reconcile(self, key: TierKey) -> None:
+        namespace, name = key
+        tier = self.cache.tiers.get(key)
+        if tier is None:
+            metrics.forget_tier(namespace, name)
+            return
+        config_map = self.cache.configmap_for(tier)
+        ref = ((tier.get("spec") or {}).get("model") or {}).get("configMapRef")
+        if ref and config_map is None:
+            config_map = await asyncio.to_thread(
+                self.kube.get, "v1", "ConfigMap", ref["name"], namespace
+            )
+            if config_map is not None:
+                self.cache.configmaps[(namespace, ref["name"])] = config_map
+        facts = Facts(
+            tier=tier,
+            policy=self.cache.policy,
+            target=self.cache.target_for(tier),
+            config_map=config_map,
+            nodes=list(self.cache.nodes.values()),
+            now=datetime.now(UTC),
+        )
+        decision = decide(facts)
+        await self._write_status(tier, decision)
+        metrics.observe_tier(namespace, name, tier, decision.status)
+
+    async def _write_status(self, tier: Mapping[str, Any], decision: Decision) -> None:
+        meta = tier["metadata"]
+        patch = status_patch(tier.get("status"), decision.status)
+        if patch is None:
+            return
+        updated = await asyncio.to_thread(
+            self.kube.patch_status,
+            API_VERSION,
+            "KVCacheTier",
+            meta["name"],
+            meta["namespace"],
+            patch,
+            meta.get("resourceVersion"),
+        )
+        metrics.WRITES.labels("patch", "KVCacheTier/status").inc()
+        # Our own write is the freshest copy: later reconciles start from it, not from a
+        # cache the watch has not caught up with yet.
+        key = (meta["namespace"], meta["name"])
+        if updated and key in self.cache.tiers:
+            self.cache.tiers[key] = updated
+        for event in decision.events:
+            await self._event(updated or tier, event)
+
+    async def _event(self, obj: Mapping[str, Any], event: Event) -> None:
+        meta = obj["metadata"]
+        now = timestamp(datetime.now(UTC))
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": API_VERSION,
+                "kind": "KVCacheTier",
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": event.type,
+            "reason": event.reason,
+            "message": event.message[:1024],
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": FIELD_MANAGER,
+            "reportingInstance": self.instance,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await asyncio.to_thread(self.kube.create, body)
+            metrics.WRITES.labels("create", "Event").inc()
+        except ApiException as exc:  # an Event is best effort; the status already says it
+            log.warning(
+                "event %s for %s/%s not recorded: %s",
+                event.reason,
+                meta["namespace"],
+                meta["name"],
+                exc.status,
+            )

@@ -1,0 +1,153 @@
+"""kopf registration: watches feed the cache and wake the tiers a change concerns.
+
+Load with `kvtier operator`, or `kopf run -m kvtier.handlers.registration --all-namespaces`.
+kopf's change-detection handlers are not used, so kopf stores no progress or diff-base on
+user objects; its settings still point any such storage at kvcache.io/ keys.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import kopf
+
+from kvtier.api.tier import GROUP, VERSION
+from kvtier.handlers.controller import Controller
+from kvtier.kube.rest import Kube, load_client
+
+ENV_KUBECONFIG = "KVTIER_KUBECONFIG"
+ENV_WORKERS = "KVTIER_WORKERS"
+
+
+def _controller(memo: kopf.Memo) -> Controller:
+    controller: Controller = memo["controller"]
+    return controller
+
+
+def _rv(obj: dict[str, Any]) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion", "0"))
+    except ValueError:
+        return 0
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """kopf's own credential loaders: the service account in a pod, else a kubeconfig."""
+    if os.environ.get(ENV_KUBECONFIG):
+        os.environ["KUBECONFIG"] = os.environ[ENV_KUBECONFIG]
+        return kopf.login_with_kubeconfig(**kwargs)
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.persistence.finalizer = "kvcache.io/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kvcache.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="kvcache.io", key="last-handled-configuration"
+    )
+    settings.posting.enabled = False  # Events come from decisions, not from log lines
+    settings.watching.server_timeout = 600
+    settings.networking.error_backoffs = [1, 2, 5, 10, 20, 30]
+    kube = Kube(load_client(os.environ.get(ENV_KUBECONFIG)))
+    controller = Controller(kube, workers=int(os.environ.get(ENV_WORKERS, "4")))
+    memo["controller"] = controller
+    controller.start()
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    await _controller(memo).stop()
+
+
+@kopf.on.event(GROUP, VERSION, "kvcachetiers")
+async def tier_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    controller = _controller(memo)
+    obj: dict[str, Any] = dict(event["object"])
+    meta = obj.get("metadata") or {}
+    key = (meta.get("namespace", ""), meta.get("name", ""))
+    if event["type"] == "DELETED":
+        controller.cache.tiers.pop(key, None)
+    else:
+        cached = controller.cache.tiers.get(key)
+        # Our own status write may already be newer than this (lagging) event.
+        if cached is None or _rv(obj) >= _rv(cached):
+            controller.cache.tiers[key] = obj
+    controller.queue.add(key)
+
+
+@kopf.on.event(GROUP, VERSION, "kvcachepolicies")
+async def policy_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    obj: dict[str, Any] = dict(event["object"])
+    if (obj.get("metadata") or {}).get("name") != "cluster":
+        return  # admission refuses other names; nothing else is a policy
+    controller = _controller(memo)
+    controller.cache.policy = None if event["type"] == "DELETED" else obj
+    controller.enqueue(controller.cache.tier_keys())
+
+
+async def _target_event(kind: str, event: kopf.RawEvent, memo: kopf.Memo) -> None:
+    controller = _controller(memo)
+    obj: dict[str, Any] = dict(event["object"])
+    meta = obj.get("metadata") or {}
+    key = (kind, meta.get("namespace", ""), meta.get("name", ""))
+    version = str(obj.get("apiVersion", ""))
+    if event["type"] == "DELETED":
+        controller.cache.forget_target(key, version)
+    else:
+        controller.cache.set_target(key, version, obj)
+    controller.enqueue(controller.cache.tiers_for_target(*key))
+
+
+@kopf.on.event("serving.kserve.io", "v1beta1", "inferenceservices")
+async def inference_service_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    await _target_event("InferenceService", event, memo)
+
+
+# The group's preferred version is InferenceService's v1beta1, which LLMInferenceService does
+# not serve, so each of its versions is watched by name; a cluster may serve either.
+@kopf.on.event("serving.kserve.io", "v1alpha2", "llminferenceservices")
+async def llm_inference_service_v1alpha2_event(
+    event: kopf.RawEvent, memo: kopf.Memo, **_: Any
+) -> None:
+    await _target_event("LLMInferenceService", event, memo)
+
+
+@kopf.on.event("serving.kserve.io", "v1alpha1", "llminferenceservices")
+async def llm_inference_service_v1alpha1_event(
+    event: kopf.RawEvent, memo: kopf.Memo, **_: Any
+) -> None:
+    await _target_event("LLMInferenceService", event, memo)
+
+
+@kopf.on.event("", "v1", "configmaps")
+async def configmap_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    controller = _controller(memo)
+    obj: dict[str, Any] = dict(event["object"])
+    meta = obj.get("metadata") or {}
+    key = (meta.get("namespace", ""), meta.get("name", ""))
+    tiers = controller.cache.tiers_for_configmap(*key)
+    if event["type"] == "DELETED":
+        controller.cache.configmaps.pop(key, None)
+    elif tiers:
+        controller.cache.configmaps[key] = obj  # only the ones a tier reads are kept
+    controller.enqueue(tiers)
+
+
+@kopf.on.event("", "v1", "nodes")
+async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    controller = _controller(memo)
+    obj: dict[str, Any] = dict(event["object"])
+    name = (obj.get("metadata") or {}).get("name", "")
+    if event["type"] == "DELETED":
+        changed = controller.cache.nodes.pop(name, None) is not None
+    else:
+        changed = controller.cache.set_node(obj)
+    if changed:
+        controller.enqueue(controller.cache.tier_keys())
+
+
+logging.getLogger("kopf.objects").setLevel(logging.WARNING)

@@ -1,0 +1,1 @@
+"""Thin Kubernetes API I/O: reads and writes, no decisions."""

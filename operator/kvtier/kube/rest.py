@@ -1,0 +1,211 @@
+"""A small JSON client over the official ApiClient: paths, verbs, content types.
+
+Custom and core objects are handled alike as dicts, so what the pure layers build is what
+goes on the wire. Server-side apply always uses the operator's own field manager.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+FIELD_MANAGER = "kvtier-operator"
+APPLY = "application/apply-patch+yaml"
+MERGE = "application/merge-patch+json"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind lives in the API."""
+
+    api_version: str
+    plural: str
+    namespaced: bool
+
+    def path(self, namespace: str | None = None, name: str | None = None, sub: str = "") -> str:
+        group_path = (
+            f"/api/{self.api_version}"
+            if "/" not in self.api_version
+            else f"/apis/{self.api_version}"
+        )
+        parts = [group_path]
+        if self.namespaced and namespace:
+            parts.append(f"namespaces/{namespace}")
+        parts.append(self.plural)
+        if name:
+            parts.append(name)
+        if sub:
+            parts.append(sub)
+        return "/".join(parts)
+
+
+# The kinds kvtier reads or writes. Versions of a group share a plural.
+PLURALS: dict[str, tuple[str, bool]] = {
+    "KVCacheTier": ("kvcachetiers", True),
+    "KVCachePolicy": ("kvcachepolicies", False),
+    "InferenceService": ("inferenceservices", True),
+    "LLMInferenceService": ("llminferenceservices", True),
+    "PersistentVolume": ("persistentvolumes", False),
+    "PersistentVolumeClaim": ("persistentvolumeclaims", True),
+    "StorageClass": ("storageclasses", False),
+    "Job": ("jobs", True),
+    "Pod": ("pods", True),
+    "ConfigMap": ("configmaps", True),
+    "Node": ("nodes", False),
+    "Event": ("events", True),
+    "Lease": ("leases", True),
+    "StorageCluster": ("storageclusters", True),
+    "CephFilesystem": ("cephfilesystems", True),
+}
+
+
+def resource(api_version: str, kind: str) -> Resource:
+    try:
+        plural, namespaced = PLURALS[kind]
+    except KeyError:
+        raise ValueError(f"kvtier does not handle kind {kind}") from None
+    return Resource(api_version, plural, namespaced)
+
+
+def load_client(kubeconfig: str | None = None) -> client.ApiClient:
+    """An ApiClient from a kubeconfig, else the in-cluster service account."""
+    if kubeconfig:
+        api: client.ApiClient = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        return api
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+    return client.ApiClient()
+
+
+class Kube:
+    """JSON requests against one API server."""
+
+    def __init__(self, api: client.ApiClient, timeout: float = 30) -> None:
+        self.api = api
+        self.timeout = timeout
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        query: Mapping[str, str] | None = None,
+    ) -> Any:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        serialized = self.api.param_serialize(
+            method,
+            path,
+            query_params=list((query or {}).items()),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        _, url, hdrs, data, _ = serialized
+        resp = self.api.call_api(
+            method, url, header_params=hdrs, body=data, _request_timeout=self.timeout
+        )
+        raw = resp.read()  # type: ignore[no-untyped-call]
+        if not 200 <= resp.status <= 299:
+            raise ApiException(http_resp=resp)
+        return json.loads(raw) if raw else None
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Any:
+        """The object, or None when it does not exist."""
+        try:
+            return self.request("GET", resource(api_version, kind).path(namespace, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+    ) -> list[dict[str, Any]]:
+        query = {"labelSelector": label_selector} if label_selector else None
+        out = self.request("GET", resource(api_version, kind).path(namespace), query=query)
+        items: list[dict[str, Any]] = out.get("items", []) if out else []
+        return items
+
+    def apply(self, body: Mapping[str, Any], *, force: bool = True) -> Any:
+        """Server-side apply of the fields in `body`, owned by kvtier's field manager."""
+        meta = body["metadata"]
+        res = resource(body["apiVersion"], body["kind"])
+        query = {"fieldManager": FIELD_MANAGER, "force": "true" if force else "false"}
+        return self.request(
+            "PATCH",
+            res.path(meta.get("namespace"), meta["name"]),
+            json.dumps(body),
+            content_type=APPLY,
+            query=query,
+        )
+
+    def patch_status(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        namespace: str | None,
+        status: Mapping[str, Any],
+        resource_version: str | None,
+    ) -> Any:
+        """Merge-patch status; with a resourceVersion the write fails (409) if it is stale."""
+        body: dict[str, Any] = {"status": status}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        return self.request(
+            "PATCH",
+            resource(api_version, kind).path(namespace, name, "status"),
+            body,
+            content_type=MERGE,
+        )
+
+    def merge_patch(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        namespace: str | None,
+        patch: Mapping[str, Any],
+    ) -> Any:
+        return self.request(
+            "PATCH", resource(api_version, kind).path(namespace, name), patch, content_type=MERGE
+        )
+
+    def create(self, body: Mapping[str, Any]) -> Any:
+        meta = body["metadata"]
+        res = resource(body["apiVersion"], body["kind"])
+        return self.request("POST", res.path(meta.get("namespace")), body)
+
+    def delete(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        namespace: str | None = None,
+        propagation: str = "Background",
+    ) -> bool:
+        """Delete; False when it was already gone."""
+        try:
+            self.request(
+                "DELETE",
+                resource(api_version, kind).path(namespace, name),
+                {"propagationPolicy": propagation},
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True

@@ -1,0 +1,81 @@
+"""Prometheus metrics of the operator; every name starts with kvtier_."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+TIER_LABELS = ("namespace", "name")
+
+WORKING_SET = Gauge(
+    "kvtier_tier_working_set_bytes", "KV working set of one replica of the target.", TIER_LABELS
+)
+CPU_BYTES = Gauge("kvtier_tier_cpu_bytes", "CPU tier size (vLLM cpu_bytes_to_use).", TIER_LABELS)
+CAPACITY = Gauge("kvtier_tier_capacity_bytes", "Capacity of each tier.", (*TIER_LABELS, "tier"))
+FITS = Gauge("kvtier_tier_fits_in_cpu", "1 when the working set fits the CPU tier.", TIER_LABELS)
+READY = Gauge("kvtier_tier_ready", "1 when the KVCacheTier is Ready.", TIER_LABELS)
+INFO = Gauge(
+    "kvtier_tier_info",
+    "Always 1; labels carry topology, mode and target.",
+    (*TIER_LABELS, "topology", "mode", "target_kind", "target"),
+)
+RECONCILES = Counter("kvtier_reconcile_total", "Reconciles by result.", ("result",))
+RECONCILE_SECONDS = Histogram(
+    "kvtier_reconcile_duration_seconds", "Time spent in one reconcile.", ("result",)
+)
+WRITES = Counter(
+    "kvtier_api_writes_total", "Writes the operator sent to the API server.", ("verb", "kind")
+)
+LAST_ERROR = Gauge("kvtier_last_error_timestamp_seconds", "Unix time of the last failed reconcile.")
+
+_PER_TIER = (WORKING_SET, CPU_BYTES, FITS, READY)
+
+
+def serve(port: int, addr: str = "0.0.0.0") -> None:
+    start_http_server(port, addr=addr)
+
+
+def observe_tier(
+    namespace: str, name: str, tier: Mapping[str, Any], status: Mapping[str, Any]
+) -> None:
+    """Set the per-tier gauges from the status just decided."""
+    forget_tier(namespace, name)
+    sizing = status.get("sizing") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    READY.labels(namespace, name).set(1 if ready else 0)
+    if sizing:
+        WORKING_SET.labels(namespace, name).set(sizing.get("workingSetBytes") or 0)
+        CPU_BYTES.labels(namespace, name).set(sizing.get("cpuBytesToUse") or 0)
+        FITS.labels(namespace, name).set(1 if sizing.get("fitsInCPU") else 0)
+    for t in status.get("tiers") or []:
+        if t.get("capacityBytes") is not None:
+            CAPACITY.labels(namespace, name, t["name"]).set(t["capacityBytes"])
+    spec = tier.get("spec") or {}
+    ref = spec.get("targetRef") or {}
+    mode = next((e["value"] for e in status.get("effective") or [] if e.get("field") == "mode"), "")
+    INFO.labels(
+        namespace,
+        name,
+        sizing.get("topology") or "",
+        mode,
+        ref.get("kind", ""),
+        ref.get("name", ""),
+    ).set(1)
+
+
+def _remove_matching(metric: Gauge, namespace: str, name: str) -> None:
+    # prometheus_client has no partial-label removal; walk the children it exposes.
+    for sample_labels in list(metric._metrics):
+        if sample_labels[:2] == (namespace, name):
+            metric.remove(*sample_labels)
+
+
+def forget_tier(namespace: str, name: str) -> None:
+    """Drop every series of a tier (deleted, or about to be re-set)."""
+    for metric in (*_PER_TIER, CAPACITY, INFO):
+        _remove_matching(metric, namespace, name)

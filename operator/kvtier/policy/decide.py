@@ -1,0 +1,418 @@
+"""The whole decision for one KVCacheTier, from facts read off the cluster.
+
+`decide(facts)` is pure: the operator reads the tier, the policy, the target, the model's
+ConfigMap and the nodes, calls it, and writes what it returns. Plan and Apply mode share it,
+so status.plan always describes exactly what Apply mode writes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from kvtier.api.common import quantity_bytes
+from kvtier.api.policy import KVCachePolicySpec
+from kvtier.api.tier import ConditionType, DiskType, KVCacheTierSpec, Mode
+from kvtier.policy.conditions import FALSE, TRUE, Verdict, flipped, merge_conditions
+from kvtier.policy.effective import EffectiveSettings, effective_settings
+from kvtier.policy.targets import Placement, TargetFacts, placement, target_facts
+from kvtier.sizing import SizingError, SizingInput, SizingPlan, plan, resolve_geometry
+
+MAX_CONFIG_BYTES = 1024 * 1024  # a real config.json is a few KiB; refuse what cannot be one
+# SizingError.field → the KVCacheTier spec path it comes from.
+SPEC_PATHS = {
+    "tensorParallelSize": "spec.model.tensorParallelSize",
+    "kvCacheDtype": "spec.model.kvCacheDtype",
+    "kvHeads": "spec.model.geometry.kvHeads",
+    "geometry": "spec.model.geometry",
+    "blockTokens": "spec.model.blockSizeTokens",
+    "cpu.size": "spec.cpu.size",
+    "disk.type": "spec.disk.type",
+    "baselineTTFTSeconds": "spec.probe.baselineTTFTSeconds",
+    "model": "spec.model",
+    "config.json": "spec.model.configMapRef",
+}
+DISK_TIER_NAMES = {"NVMe": "nvme", "CephFS": "cephfs", "ObjectStore": "objectstore"}
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Everything `decide` reads. Objects are dicts as the API returns them."""
+
+    tier: Mapping[str, Any]
+    policy: Mapping[str, Any] | None
+    target: Mapping[str, Any] | None
+    config_map: Mapping[str, Any] | None  # the referenced ConfigMap, None if absent
+    nodes: Sequence[Mapping[str, Any]]
+    now: datetime
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class Decision:
+    """What the operator should make true for one tier."""
+
+    mode: str
+    status: dict[str, Any]
+    events: list[Event] = field(default_factory=list)
+    sizing: SizingPlan | None = None
+    settings: EffectiveSettings | None = None
+    target: TargetFacts | None = None
+
+
+def _meta(obj: Mapping[str, Any], key: str) -> Any:
+    return (obj.get("metadata") or {}).get(key)
+
+
+def short_quantity(n: int) -> str:
+    """Bytes as a compact binary quantity for people: 547608330240 → 510Gi."""
+    for unit, size in (("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20)):
+        if n >= size:
+            value = n / size
+            text = f"{value:.1f}".rstrip("0").rstrip(".")
+            return f"{text}{unit}"
+    return str(n)
+
+
+class _Refusal(Exception):
+    """A fact that stops sizing; becomes a condition, never a crash."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(verdict.message)
+        self.verdict = verdict
+
+
+def _sized_false(reason: str, message: str) -> _Refusal:
+    return _Refusal(Verdict(ConditionType.SIZED.value, FALSE, reason, message))
+
+
+def _config_json(spec: KVCacheTierSpec, config_map: Mapping[str, Any] | None) -> dict[str, Any]:
+    ref = spec.model.config_map_ref if spec.model else None
+    assert ref is not None
+    where = f"ConfigMap {ref.name} key {ref.key}"
+    if config_map is None:
+        raise _sized_false("ConfigMapNotFound", f"spec.model.configMapRef: {where} not found")
+    text = (config_map.get("data") or {}).get(ref.key)
+    if text is None:
+        raise _sized_false("ConfigMapKeyMissing", f"spec.model.configMapRef: {where} is missing")
+    if len(text) > MAX_CONFIG_BYTES:
+        raise _sized_false(
+            "InvalidModelConfig",
+            f"spec.model.configMapRef: {where} is {len(text)} bytes; a config.json is at most "
+            f"{MAX_CONFIG_BYTES}",
+        )
+    try:
+        parsed = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise _sized_false(
+            "InvalidModelConfig", f"spec.model.configMapRef: {where} is not JSON: {exc}"
+        ) from None
+    if not isinstance(parsed, dict):
+        raise _sized_false(
+            "InvalidModelConfig", f"spec.model.configMapRef: {where} is not a JSON object"
+        )
+    return parsed
+
+
+def _sizing_input(
+    spec: KVCacheTierSpec,
+    eff: EffectiveSettings,
+    target: TargetFacts,
+    place: Placement,
+    config_map: Mapping[str, Any] | None,
+    available: frozenset[str],
+) -> SizingInput:
+    model = spec.model
+    geometry = None
+    if model and model.geometry:
+        g = model.geometry
+        if g.attention_layers is not None and g.kv_heads is not None and g.head_dim is not None:
+            geometry = (g.attention_layers, g.kv_heads, g.head_dim)
+    config = _config_json(spec, config_map) if model and model.config_map_ref else None
+    name = (model.name if model else None) or target.model_name
+    try:
+        geo = resolve_geometry(model=name, config=config, geometry=geometry)
+    except SizingError as exc:
+        reason = "ModelUnknown" if exc.field == "model" else "InvalidModelConfig"
+        raise _sized_false(
+            reason, f"{SPEC_PATHS.get(exc.field, 'spec.model')}: {exc.message}"
+        ) from None
+    tp = (
+        (model.tensor_parallel_size if model else None)
+        or target.tensor_parallel_size
+        or target.gpus_per_pod
+        or 1
+    )
+    cpu = eff.cpu_size.value
+    disk = spec.disk
+    return SizingInput(
+        geometry=geo,
+        average_context_tokens=spec.workload.average_context_tokens,
+        concurrent_sessions=spec.workload.concurrent_sessions,
+        replicas=target.replicas,
+        tensor_parallel_size=tp,
+        kv_cache_dtype=eff.kv_cache_dtype.value.value,
+        block_tokens=eff.block_size_tokens.value,
+        cpu_bytes=None if cpu == "auto" else quantity_bytes(cpu),
+        node_memory_bytes=place.node_memory_bytes,
+        model_server_pods_per_node=place.pods_per_node,
+        max_node_memory_fraction=eff.max_node_memory_fraction.value,
+        memory_overhead_factor=eff.memory_overhead_factor.value,
+        headroom_bytes=eff.memory_headroom_bytes.value,
+        disk_type=eff.disk_type.value.value,
+        available_disk_types=available,
+        baseline_ttft_seconds=spec.probe.baseline_ttft_seconds if spec.probe else None,
+        probe_runtime_seconds=eff.probe_runtime_seconds.value,
+        object_store_options={}
+        if disk is None or disk.object_store is None
+        else {
+            "bucket": disk.object_store.bucket or "",
+            "endpoint": disk.object_store.endpoint or "",
+        },
+    )
+
+
+def _available_disks(
+    spec: KVCacheTierSpec,
+    eff: EffectiveSettings,
+    nodes: Sequence[Mapping[str, Any]],
+    place: Placement,
+) -> frozenset[str]:
+    available = {"CephFS"}
+    pool = eff.nvme_pool
+    if pool is not None and _pool_nodes(pool.node_selector, nodes, place):
+        available.add("NVMe")
+    acknowledged = bool(
+        spec.disk and spec.disk.object_store and spec.disk.object_store.acknowledge_tail_latency
+    )
+    if eff.object_store_allowed.value and acknowledged:
+        available.add("ObjectStore")
+    return frozenset(available)
+
+
+def _pool_nodes(
+    selector: Mapping[str, str], nodes: Sequence[Mapping[str, Any]], place: Placement
+) -> list[str]:
+    """Nodes of an NVMe pool the model server can land on."""
+    names = []
+    for node in nodes:
+        labels = _meta(node, "labels") or {}
+        name = _meta(node, "name")
+        if name in place.eligible_nodes and all(labels.get(k) == v for k, v in selector.items()):
+            names.append(str(name))
+    return sorted(names)
+
+
+def _policy_verdict(
+    spec: KVCacheTierSpec, eff: EffectiveSettings, policy: KVCachePolicySpec | None
+) -> Verdict:
+    problems: list[tuple[str, str]] = []
+    wanted = spec.disk.nvme.pool if spec.disk and spec.disk.nvme else None
+    if wanted and eff.nvme_pool is None:
+        defined = sorted(p.name for p in (policy.nvme_pools or [])) if policy else []
+        problems.append(
+            (
+                "UnknownNVMePool",
+                f"spec.disk.nvme.pool: pool {wanted!r} is not defined in KVCachePolicy 'cluster' "
+                f"(defined: {', '.join(defined) or 'none'})",
+            )
+        )
+    if eff.disk_type.value == DiskType.OBJECT_STORE and not eff.object_store_allowed.value:
+        problems.append(
+            (
+                "ObjectStoreNotAllowed",
+                "spec.disk.type: ObjectStore tiers are not allowed by KVCachePolicy 'cluster' "
+                "(objectStore.allowed is false): their p99 latency lands directly in TTFT",
+            )
+        )
+    if not problems:
+        return Verdict(
+            ConditionType.POLICY_COMPLIANT.value, TRUE, "Compliant", "within KVCachePolicy limits"
+        )
+    reason = problems[0][0]
+    return Verdict(
+        ConditionType.POLICY_COMPLIANT.value, FALSE, reason, "; ".join(m for _, m in problems)
+    )
+
+
+def _status_tiers(sp: SizingPlan, previous: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    old = {t.get("name"): t for t in previous if isinstance(t, Mapping)}
+    tiers: list[dict[str, Any]] = [
+        {"name": "cpu", "capacityBytes": sp.sizing.cpu_bytes_to_use, "ready": False}
+    ]
+    for t in sp.to_status()["tiers"]:
+        name = DISK_TIER_NAMES.get(str(t["name"]), str(t["name"]).lower())
+        entry: dict[str, Any] = {"name": name, "ready": False}
+        for key in ("crossoverTokens", "restoreBlocksPerSecond", "beneficial"):
+            if t.get(key) is not None:
+                entry[key] = t[key]
+        if "probe" in old.get(name, {}):
+            entry["probe"] = old[name]["probe"]  # measurements outlive a re-plan
+        tiers.append(entry)
+    return tiers
+
+
+def _disk_tier_text(sp: SizingPlan, eff: EffectiveSettings) -> str:
+    if sp.disk is None:
+        return "None"
+    if sp.disk == "NVMe" and eff.nvme_pool is not None:
+        return f"NVMe ({eff.nvme_pool.name})"
+    if sp.disk == "CephFS":
+        return f"CephFS {short_quantity(sp.sizing.working_set_bytes_all_replicas)}"
+    return sp.disk
+
+
+def _plan_summary(sp: SizingPlan, mode: str) -> str:
+    lines = [
+        f"{'Apply' if mode == Mode.APPLY else 'Plan'} mode: topology {sp.sizing.topology}, "
+        f"CPU tier {short_quantity(sp.sizing.cpu_bytes_to_use)} "
+        f"(cpu_bytes_to_use={sp.sizing.cpu_bytes_to_use}), "
+        f"disk tier {sp.disk or 'none'}.",
+        *(f"{k}: {v}" for k, v in sp.decisions.items()),
+        *(f"warning: {w}" for w in sp.warnings),
+    ]
+    return "\n".join(lines)
+
+
+def decide(facts: Facts) -> Decision:
+    """Conditions, sizing, tiers and plan for one KVCacheTier."""
+    tier = facts.tier
+    generation = _meta(tier, "generation")
+    previous = (tier.get("status") or {}).get("conditions") or []
+    prev_tiers = (tier.get("status") or {}).get("tiers") or []
+    spec = KVCacheTierSpec.model_validate(tier.get("spec") or {})
+    policy: KVCachePolicySpec | None = None
+    verdicts: list[Verdict] = []
+    if facts.policy is not None:
+        try:
+            policy = KVCachePolicySpec.model_validate(facts.policy.get("spec") or {})
+        except ValidationError as exc:
+            verdicts.append(
+                Verdict(
+                    ConditionType.POLICY_COMPLIANT.value,
+                    FALSE,
+                    "PolicyInvalid",
+                    f"KVCachePolicy 'cluster' is invalid; using built-in defaults: "
+                    f"{exc.errors()[0]['msg']}",
+                )
+            )
+    eff = effective_settings(spec, policy)
+    mode = eff.mode.value.value
+    status: dict[str, Any] = {
+        "observedGeneration": generation,
+        "effective": [e.to_k8s() for e in eff.entries()],
+    }
+    decision = Decision(mode=mode, status=status, settings=eff)
+
+    ref = spec.target_ref
+    ns = _meta(tier, "namespace")
+    if facts.target is None:
+        verdicts.append(
+            Verdict(
+                ConditionType.TARGET_FOUND.value,
+                FALSE,
+                "TargetNotFound",
+                f"spec.targetRef: {ref.kind.value} {ns}/{ref.name} not found; sizing waits for it",
+            )
+        )
+    else:
+        target = target_facts(facts.target)
+        decision.target = target
+        verdicts.append(
+            Verdict(
+                ConditionType.TARGET_FOUND.value,
+                TRUE,
+                "TargetFound",
+                f"{target.kind} {ns}/{ref.name} ({target.api_version}), "
+                f"{target.replicas} replica(s)",
+            )
+        )
+        verdicts.extend(_size(decision, spec, eff, target, facts))
+    if not any(v.type == ConditionType.POLICY_COMPLIANT.value for v in verdicts):
+        verdicts.append(_policy_verdict(spec, eff, policy))
+    verdicts.append(_ready(verdicts, mode))
+    status["conditions"] = merge_conditions(previous, verdicts, generation, facts.now)
+    decision.events = [
+        Event("Normal" if v.ok else "Warning", v.reason, v.message)
+        for v in verdicts
+        if flipped(previous, v)
+    ]
+    status["tiers"] = _status_tiers(decision.sizing, prev_tiers) if decision.sizing else None
+    return decision
+
+
+def _size(
+    decision: Decision,
+    spec: KVCacheTierSpec,
+    eff: EffectiveSettings,
+    target: TargetFacts,
+    facts: Facts,
+) -> list[Verdict]:
+    gpus = target.gpus_per_pod or target.tensor_parallel_size or 0
+    place = placement(list(facts.nodes), target.node_selector, gpus)
+    available = _available_disks(spec, eff, facts.nodes, place)
+    try:
+        inp = _sizing_input(spec, eff, target, place, facts.config_map, available)
+        sp = plan(inp)
+    except _Refusal as refusal:
+        return [refusal.verdict]
+    except SizingError as exc:
+        return [
+            Verdict(
+                ConditionType.SIZED.value,
+                FALSE,
+                "SizingFailed",
+                f"{SPEC_PATHS.get(exc.field, exc.field)}: {exc.message}",
+            )
+        ]
+    decision.sizing = sp
+    status = decision.status
+    status["sizing"] = sp.to_status()["sizing"]
+    status["cpuTier"] = short_quantity(sp.sizing.cpu_bytes_to_use)
+    status["diskTier"] = _disk_tier_text(sp, eff)
+    status["plan"] = {"summary": _plan_summary(sp, decision.mode)}
+    fits = "fits" if sp.sizing.fits_in_cpu else "does not fit"
+    where = (
+        f"on {len(place.eligible_nodes)} eligible node(s)"
+        if place.eligible_nodes
+        else "no eligible GPU node seen"
+    )
+    return [
+        Verdict(
+            ConditionType.SIZED.value,
+            TRUE,
+            "Sized",
+            f"{sp.sizing.topology}: working set {short_quantity(sp.sizing.working_set_bytes)} "
+            f"{fits} the CPU tier {short_quantity(sp.sizing.cpu_bytes_to_use)} "
+            f"({sp.sizing.bytes_per_token} B/token, {where})",
+        )
+    ]
+
+
+def _ready(verdicts: Sequence[Verdict], mode: str) -> Verdict:
+    failing = [v for v in verdicts if not v.ok]
+    sized = any(v.type == ConditionType.SIZED.value and v.ok for v in verdicts)
+    if failing:
+        first = failing[0]
+        return Verdict(ConditionType.READY.value, FALSE, first.reason, first.message)
+    if not sized:
+        return Verdict(ConditionType.READY.value, FALSE, "NotSized", "sizing has not run")
+    if mode == Mode.PLAN:
+        return Verdict(
+            ConditionType.READY.value,
+            TRUE,
+            "Planned",
+            "Plan mode: sized and reported; nothing applied (see status.plan)",
+        )
+    return Verdict(ConditionType.READY.value, TRUE, "Applied", "tiers provisioned and applied")

@@ -1,0 +1,45 @@
+"""Count the operator's API writes from the kube-apiserver audit log."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+OPERATOR_USER = "system:serviceaccount:kvtier-system:kvtier-operator"
+WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
+
+
+def writes(
+    audit_log: Path, user: str = OPERATOR_USER, since: float = 0.0
+) -> Counter[tuple[str, str]]:
+    """(verb, resource[/subresource]) → count, for completed requests after `since` (epoch s)."""
+    counts: Counter[tuple[str, str]] = Counter()
+    if not audit_log.exists():
+        return counts
+    for line in audit_log.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("stage") != "ResponseComplete" or entry.get("verb") not in WRITE_VERBS:
+            continue
+        if entry.get("user", {}).get("username") != user:
+            continue
+        if _epoch(entry.get("stageTimestamp", "")) < since:
+            continue
+        ref = entry.get("objectRef", {})
+        resource = ref.get("resource", "")
+        if ref.get("subresource"):
+            resource += "/" + ref["subresource"]
+        counts[(entry["verb"], resource)] += 1
+    return counts
+
+
+def _epoch(stamp: str) -> float:
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0

@@ -1,0 +1,105 @@
+"""Fixtures for tests that run the operator: CRDs installed, the operator running as the
+restricted kvtier-operator identity, and helpers to build model-server targets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from kubernetes import client
+
+from localcluster import LocalCluster
+from tests.e2e.operator_process import OperatorProcess
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def crds(cluster: LocalCluster) -> None:
+    """kvtier's CRDs and the project's stand-ins for the foreign kinds."""
+    cluster.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "crds"))
+    cluster.kubectl("apply", "--server-side", "-f", str(REPO / "hack" / "crds"))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+
+
+@pytest.fixture(scope="session")
+def operator(
+    cluster: LocalCluster, crds: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    proc = OperatorProcess(cluster, log).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        print(f"operator log: {log}")
+
+
+def llm_inference_service(
+    name: str,
+    *,
+    tp: int,
+    replicas: int = 1,
+    model_uri: str,
+    api_version: str = "serving.kserve.io/v1alpha2",
+    memory: str = "256Gi",
+) -> dict[str, Any]:
+    return {
+        "apiVersion": api_version,
+        "kind": "LLMInferenceService",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"uri": model_uri},
+            "replicas": replicas,
+            "parallelism": {"tensor": tp},
+            "template": {
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "vllm/vllm-openai:v0.24.0",
+                        "resources": {
+                            "limits": {"nvidia.com/gpu": str(tp), "memory": memory},
+                            "requests": {"nvidia.com/gpu": str(tp), "memory": memory},
+                        },
+                    }
+                ]
+            },
+        },
+    }
+
+
+def inference_service(
+    name: str, *, tp: int, model_uri: str, min_replicas: int = 1, max_replicas: int | None = None
+) -> dict[str, Any]:
+    predictor: dict[str, Any] = {
+        "minReplicas": min_replicas,
+        "model": {
+            "modelFormat": {"name": "vLLM"},
+            "storageUri": model_uri,
+            "args": ["--tensor-parallel-size", str(tp), "--max-model-len", "131072"],
+            "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}],
+            "resources": {"limits": {"nvidia.com/gpu": str(tp), "memory": "256Gi"}},
+        },
+    }
+    if max_replicas is not None:
+        predictor["maxReplicas"] = max_replicas
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"name": name},
+        "spec": {"predictor": predictor},
+    }
+
+
+def create_target(api: client.ApiClient, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+    group, version = body["apiVersion"].split("/")
+    plural = {
+        "LLMInferenceService": "llminferenceservices",
+        "InferenceService": "inferenceservices",
+    }[body["kind"]]
+    created = client.CustomObjectsApi(api).create_namespaced_custom_object(
+        group, version, ns, plural, body
+    )
+    return cast(dict[str, Any], created)

@@ -1,0 +1,127 @@
+"""Small helpers the operator e2e tests share."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, cast
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+GROUP, VERSION = "kvcache.io", "v1alpha1"
+
+
+def eventually(check: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            last = None
+        if last:
+            return last
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}; last value {last!r}")
+
+
+def new_namespace(api: client.ApiClient, prefix: str) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    client.CoreV1Api(api).create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name))
+    )
+    return name
+
+
+def tier_body(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "KVCacheTier",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def create_tier(api: client.ApiClient, ns: str, name: str, spec: dict[str, Any]) -> None:
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, ns, "kvcachetiers", tier_body(name, spec)
+    )
+
+
+def get_tier(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
+    obj = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, ns, "kvcachetiers", name
+    )
+    return cast(dict[str, Any], obj)
+
+
+def condition(tier: dict[str, Any], ctype: str) -> dict[str, Any] | None:
+    for c in (tier.get("status") or {}).get("conditions") or []:
+        if c["type"] == ctype:
+            return dict(c)
+    return None
+
+
+def wait_condition(
+    api: client.ApiClient,
+    ns: str,
+    name: str,
+    ctype: str,
+    status: str,
+    reason: str | None = None,
+    timeout: float = 60,
+) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        tier = get_tier(api, ns, name)
+        c = condition(tier, ctype)
+        if c and c["status"] == status and (reason is None or c["reason"] == reason):
+            return tier
+        return None
+
+    result: dict[str, Any] = eventually(
+        check, timeout, f"{ns}/{name} {ctype}={status} {reason or ''}"
+    )
+    return result
+
+
+def apply_policy(api: client.ApiClient, spec: dict[str, Any]) -> None:
+    custom = client.CustomObjectsApi(api)
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "KVCachePolicy",
+        "metadata": {"name": "cluster"},
+        "spec": spec,
+    }
+    try:
+        current = custom.get_cluster_custom_object(GROUP, VERSION, "kvcachepolicies", "cluster")
+        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        custom.replace_cluster_custom_object(GROUP, VERSION, "kvcachepolicies", "cluster", body)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        custom.create_cluster_custom_object(GROUP, VERSION, "kvcachepolicies", body)
+
+
+def delete_policy(api: client.ApiClient) -> None:
+    try:
+        client.CustomObjectsApi(api).delete_cluster_custom_object(
+            GROUP, VERSION, "kvcachepolicies", "cluster"
+        )
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def events_for(api: client.ApiClient, ns: str, name: str) -> list[client.CoreV1Event]:
+    items = (
+        client.CoreV1Api(api)
+        .list_namespaced_event(
+            ns, field_selector=f"involvedObject.name={name},involvedObject.kind=KVCacheTier"
+        )
+        .items
+    )
+    return list(items)

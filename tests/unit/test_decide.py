@@ -1,0 +1,259 @@
+"""The pure decision for one tier: conditions, sizing, effective values, events."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from kvtier.handlers.controller import status_patch
+from kvtier.handlers.workqueue import WorkQueue
+from kvtier.policy.conditions import Verdict, merge_conditions
+from kvtier.policy.decide import Facts, decide, short_quantity
+from kvtier.policy.targets import placement, target_facts
+from kvtier.sizing import SizingInput, lookup_model, plan
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+NEMOTRON = "nvidia/Llama-3_1-Nemotron-Ultra-253B-v1"
+
+
+def node(name: str, gpus: int = 8, memory: str = "2Ti", **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"kvcache.io/local-nvme": "true", **labels}},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "memory": memory}},
+    }
+
+
+NODES = [node(f"gpu-node-{i}") for i in range(4)]
+
+
+def llmisvc(tp: int = 8, replicas: int = 1, uri: str = f"hf://{NEMOTRON}") -> dict[str, Any]:
+    return {
+        "apiVersion": "serving.kserve.io/v1alpha2",
+        "kind": "LLMInferenceService",
+        "metadata": {"name": "nemotron-ultra", "namespace": "llm"},
+        "spec": {
+            "model": {"uri": uri},
+            "replicas": replicas,
+            "parallelism": {"tensor": tp},
+            "template": {
+                "containers": [
+                    {"name": "main", "resources": {"limits": {"nvidia.com/gpu": str(tp)}}}
+                ]
+            },
+        },
+    }
+
+
+def tier(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "kvcache.io/v1alpha1",
+        "kind": "KVCacheTier",
+        "metadata": {"name": "nemotron", "namespace": "llm", "generation": 3},
+        "spec": {
+            "mode": "Plan",
+            "targetRef": {"kind": "LLMInferenceService", "name": "nemotron-ultra"},
+            "workload": {"averageContextTokens": 50000, "concurrentSessions": 64},
+            **spec,
+        },
+    }
+
+
+POLICY = {
+    "metadata": {"name": "cluster"},
+    "spec": {
+        "nvmePools": [
+            {
+                "name": "local-nvme",
+                "mountPath": "/var/mnt/nvme",
+                "nodeSelector": {"kvcache.io/local-nvme": "true"},
+                "capacityPerNode": "3Ti",
+            }
+        ]
+    },
+}
+
+
+def facts(t: dict[str, Any], **kw: Any) -> Facts:
+    base: dict[str, Any] = {
+        "tier": t,
+        "policy": POLICY,
+        "target": llmisvc(),
+        "config_map": None,
+        "nodes": NODES,
+        "now": NOW,
+    }
+    base.update(kw)
+    return Facts(**base)
+
+
+def conds(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status["conditions"]}
+
+
+def test_plan_mode_sizes_from_target_and_nodes() -> None:
+    d = decide(facts(tier(disk={"type": "Auto", "nvme": {"pool": "local-nvme"}})))
+    expected = plan(
+        SizingInput(
+            geometry=lookup_model(NEMOTRON),
+            average_context_tokens=50000,
+            concurrent_sessions=64,
+            tensor_parallel_size=8,
+            node_memory_bytes=2 * 1024**4,
+            available_disk_types=frozenset({"NVMe", "CephFS"}),
+        )
+    )
+    assert d.status["sizing"] == expected.to_status()["sizing"]
+    assert d.status["sizing"]["bytesPerTokenPerRank"] == 32768
+    assert d.status["sizing"]["topology"] == "CPUAndNVMe"
+    c = conds(d.status)
+    assert c["Ready"]["status"] == "True" and c["Ready"]["reason"] == "Planned"
+    assert all(x["observedGeneration"] == 3 for x in d.status["conditions"])
+    assert d.status["diskTier"] == "NVMe (local-nvme)"
+    assert {e.reason for e in d.events} >= {"TargetFound", "Sized", "Planned"}
+
+
+def test_missing_target_waits_without_sizing() -> None:
+    d = decide(facts(tier(), target=None))
+    c = conds(d.status)
+    assert c["TargetFound"]["reason"] == "TargetNotFound"
+    assert "LLMInferenceService llm/nemotron-ultra" in c["TargetFound"]["message"]
+    assert c["Ready"]["status"] == "False"
+    assert "sizing" not in d.status and d.status["tiers"] is None
+
+
+def test_unknown_pool_is_a_policy_condition() -> None:
+    d = decide(facts(tier(disk={"type": "NVMe", "nvme": {"pool": "nope"}})))
+    c = conds(d.status)
+    assert c["PolicyCompliant"]["reason"] == "UnknownNVMePool"
+    assert "spec.disk.nvme.pool" in c["PolicyCompliant"]["message"]
+    assert "local-nvme" in c["PolicyCompliant"]["message"]  # lists what exists
+    assert c["Ready"]["status"] == "False"
+
+
+def test_tp_that_fits_no_way_names_the_field() -> None:
+    d = decide(facts(tier(model={"tensorParallelSize": 3})))
+    c = conds(d.status)
+    assert c["Sized"]["status"] == "False"
+    assert c["Sized"]["message"].startswith("spec.model.tensorParallelSize:")
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        ({}, "ConfigMapKeyMissing"),
+        ({"config.json": "{not json"}, "InvalidModelConfig"),
+        ({"config.json": "[1, 2]"}, "InvalidModelConfig"),
+        ({"config.json": " " * (2 * 1024 * 1024)}, "InvalidModelConfig"),
+        ({"config.json": "[" * 100000 + "]" * 100000}, "InvalidModelConfig"),
+    ],
+)
+def test_bad_model_configs_are_refused(data: dict[str, str], reason: str) -> None:
+    t = tier(model={"configMapRef": {"name": "cfg", "key": "config.json"}})
+    d = decide(facts(t, config_map={"data": data}))
+    c = conds(d.status)["Sized"]
+    assert (c["status"], c["reason"]) == ("False", reason)
+    assert "spec.model.configMapRef" in c["message"]
+
+
+def test_transition_time_moves_only_on_flip() -> None:
+    first = decide(facts(tier()))
+    later = tier()
+    later["status"] = first.status
+    second = decide(facts(later, now=NOW + timedelta(hours=1)))
+    assert second.status["conditions"] == first.status["conditions"]
+    assert second.events == []  # nothing flipped: no Events
+    assert status_patch(first.status, second.status) is None
+    gone = decide(facts(later, target=None, now=NOW + timedelta(hours=2)))
+    ready = conds(gone.status)["Ready"]
+    assert ready["status"] == "False"
+    assert ready["lastTransitionTime"] == "2026-11-30T14:00:00Z"
+
+
+def test_status_patch_removes_what_no_longer_applies() -> None:
+    current = {"sizing": {"topology": "CPUOnly"}, "conditions": [], "plan": {"summary": "x"}}
+    patch = status_patch(current, {"sizing": None, "conditions": [], "plan": {"summary": "x"}})
+    assert patch == {"sizing": None}
+
+
+def test_merge_conditions_drops_conditions_that_no_longer_apply() -> None:
+    prev = [
+        {
+            "type": "Conflict",
+            "status": "True",
+            "reason": "X",
+            "message": "",
+            "lastTransitionTime": "t",
+        }
+    ]
+    merged = merge_conditions(prev, [Verdict("Ready", "True", "Planned", "ok")], 1, NOW)
+    assert [c["type"] for c in merged] == ["Ready"]
+
+
+def test_inference_service_facts_read_args_and_replicas() -> None:
+    f = target_facts(
+        {
+            "apiVersion": "serving.kserve.io/v1beta1",
+            "kind": "InferenceService",
+            "spec": {
+                "predictor": {
+                    "minReplicas": 2,
+                    "maxReplicas": 4,
+                    "nodeSelector": {"pool": "a"},
+                    "model": {
+                        "storageUri": "hf://meta-llama/Llama-3.1-70B-Instruct",
+                        "args": ["--tensor-parallel-size=4"],
+                        "resources": {"limits": {"nvidia.com/gpu": "4", "memory": "100Gi"}},
+                    },
+                }
+            },
+        }
+    )
+    assert (f.model_name, f.tensor_parallel_size, f.replicas) == (
+        "meta-llama/Llama-3.1-70B-Instruct",
+        4,
+        4,
+    )
+    assert f.node_selector == {"pool": "a"} and f.memory_limit_bytes == 100 * 1024**3
+
+
+def test_placement_counts_pods_per_node_and_smallest_memory() -> None:
+    nodes = [
+        node("a", memory="1Ti"),
+        node("b", memory="2Ti"),
+        node("c", gpus=2),
+        node("d", zone="x"),
+    ]
+    p = placement(nodes, {}, 4)
+    assert p.eligible_nodes == ("a", "b", "d")
+    assert p.node_memory_bytes == 1024**4
+    assert p.pods_per_node == 2
+    assert placement(nodes, {"zone": "x"}, 8).eligible_nodes == ("d",)
+
+
+def test_short_quantity() -> None:
+    assert short_quantity(547608330240) == "510Gi"
+    assert short_quantity(3 * 1024**4) == "3Ti"
+    assert short_quantity(1536 * 1024**2) == "1.5Gi"
+
+
+def test_workqueue_dedupes_and_reruns_keys_changed_while_active() -> None:
+    async def scenario() -> list[str]:
+        q: WorkQueue[str] = WorkQueue()
+        seen = []
+        q.add("a")
+        q.add("a")
+        q.add("b")
+        key = await q.get()
+        q.add(key)  # changed while being processed
+        q.done(key)
+        seen.append(key)
+        while not q.idle:
+            k = await q.get()
+            seen.append(k)
+            q.done(k)
+        return seen
+
+    assert asyncio.run(scenario()) == ["a", "b", "a"]
