@@ -360,7 +360,7 @@ def _size(
     facts: Facts,
 ) -> list[Verdict]:
     gpus = target.gpus_per_pod or target.tensor_parallel_size or 0
-    place = placement(list(facts.nodes), target.node_selector, gpus)
+    place = placement(facts.nodes, target.node_selector, gpus)
     available = _available_disks(spec, eff, facts.nodes, place)
     try:
         inp = _sizing_input(spec, eff, target, place, facts.config_map, available)

@@ -6,7 +6,7 @@ Pure functions over the object as the API returns it (a dict), one reader per ki
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,7 +178,7 @@ class Placement:
 
 
 def placement(
-    nodes: list[Mapping[str, Any]], node_selector: Mapping[str, str], gpus_per_pod: int
+    nodes: Sequence[Mapping[str, Any]], node_selector: Mapping[str, str], gpus_per_pod: int
 ) -> Placement:
     """Nodes that match the selector and have the GPUs for one model-server pod."""
     names: list[str] = []
