@@ -50,3 +50,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if e2e_dir in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.e2e)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """fio is a hard requirement (make deps installs it): its tests must never skip."""
+    if shutil.which("fio") is None:
+        raise pytest.UsageError("fio is not installed; run `make deps` (hack/install-system-deps)")

@@ -19,6 +19,7 @@ from kvtier.sizing import SizingError
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "kvtier.cli_plan",
     "kvtier.cli_operator",
+    "kvtier.cli_probe",
 )
 
 if TYPE_CHECKING:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
@@ -15,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvtier.cli import CliError
+from kvtier.probe import ProbeError, read_probe_result
 from kvtier.sizing import (
     DISK_TYPES,
     KV_DTYPES,
@@ -146,6 +148,15 @@ def _add_plan(subparsers: Subparsers) -> None:
     disk.add_argument(
         "--tier-bandwidth", action="append", default=[], metavar="TIER=RATE", help="e.g. 205MB/s"
     )
+    disk.add_argument(
+        "--probe-result",
+        action="append",
+        default=[],
+        metavar="[TIER=]FILE",
+        help="a `kvtier probe` result (or fio's JSON report): its p99 and read bandwidth for "
+        "TIER, or for the selected disk tier when no TIER is given; --tier-p99 and "
+        "--tier-bandwidth override it",
+    )
 
     p.add_argument("-o", "--output", choices=OUTPUTS, default="table")
     p.add_argument("--plot", metavar="FILE", help="restore vs recompute chart (.png or .svg)")
@@ -214,7 +225,54 @@ def sizing_input(args: argparse.Namespace) -> SizingInput:
     ):
         if getattr(args, attr) is not None:
             kwargs[name] = getattr(args, attr)
-    return SizingInput(**kwargs)
+    return _with_probe_results(SizingInput(**kwargs), args.probe_result)
+
+
+def _with_probe_results(inp: SizingInput, items: list[str]) -> SizingInput:
+    """Fill tier p99 and bandwidth from probe result files; explicit flags keep precedence."""
+    if not items:
+        return inp
+    p99: dict[str, float] = {}
+    bandwidth: dict[str, float] = {}
+    for item in items:
+        tier_text, sep, rest = item.partition("=")
+        tier, path = None, item
+        if sep:
+            # Otherwise no TIER= prefix, just a file name that contains "=".
+            with contextlib.suppress(SizingError):
+                tier, path = normalize_disk_type(tier_text, "--probe-result"), rest
+        tier = tier or _selected_disk(inp, path)
+        try:
+            with open(path, encoding="utf-8") as source:
+                result = read_probe_result(source.read())
+        except OSError as exc:
+            raise CliError(f"--probe-result: cannot read {path}: {exc.strerror}") from None
+        except (ProbeError, ValueError) as exc:
+            raise CliError(f"--probe-result {path}: {exc}") from None
+        p99[tier] = result["p99Seconds"]
+        bandwidth[tier] = result["bandwidthBytesPerSecond"]
+        if result.get("buffered"):
+            print(
+                f"kvtier: warning: {path}: {tier} was probed with buffered I/O (O_DIRECT "
+                "refused): its latencies are optimistic",
+                file=sys.stderr,
+            )
+    return dataclasses.replace(
+        inp,
+        tier_p99_seconds={**p99, **inp.tier_p99_seconds},
+        tier_bandwidth_bytes_per_second={**bandwidth, **inp.tier_bandwidth_bytes_per_second},
+    )
+
+
+def _selected_disk(inp: SizingInput, path: str) -> str:
+    """The disk tier a bare --probe-result FILE is for: --disk, else what the plan picks."""
+    disk = inp.disk_type if inp.disk_type in DISK_TYPES else plan(inp).disk
+    if disk is None:
+        raise CliError(
+            f"--probe-result {path}: no disk tier is selected (--disk {inp.disk_type}); "
+            "name one, e.g. nvme=FILE"
+        )
+    return disk
 
 
 def _disk_choice(text: str) -> str:

@@ -1,0 +1,77 @@
+"""What rendering returns: the writes Apply mode performs, which Plan mode reports as is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Action = Literal["Apply", "Delete"]
+# status.plan.actions holds at most this many entries (KVCacheTier CRD).
+PLAN_ACTIONS_MAX = 64
+
+
+class RenderError(ValueError):
+    """The inputs cannot produce a valid set of writes; reason is a condition reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class DesiredWrite:
+    """One object kvtier applies (server-side, field manager kvtier-operator) or deletes.
+
+    For Apply, body is the complete apply configuration: exactly the fields kvtier owns.
+    """
+
+    action: Action
+    api_version: str
+    kind: str
+    name: str
+    namespace: str | None  # None for cluster-scoped kinds
+    body: dict[str, Any]
+    summary: str
+
+    def planned_action(self) -> dict[str, Any]:
+        """The status.plan.actions[] entry (PlannedAction shape, camelCase)."""
+        entry: dict[str, Any] = {
+            "action": self.action,
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "name": self.name,
+            "summary": self.summary,
+            "body": self.body,
+        }
+        if self.namespace is not None:
+            entry["namespace"] = self.namespace
+        return entry
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    """The writes in apply order (Ceph pool, StorageClass, PersistentVolumes, claims, target
+    patch last), or a conflict: the target already has an offload config kvtier did not set,
+    in which case writes is empty and nothing may be applied."""
+
+    writes: list[DesiredWrite] = field(default_factory=list)
+    conflict: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        """The plan for a person: one line per write, then the notes."""
+        if self.conflict is not None:
+            return f"Conflict: {self.conflict}"
+        lines = [f"{w.action} {w.summary}" for w in self.writes]
+        return "\n".join([*lines, *(f"Note: {n}" for n in self.notes)])
+
+    def plan_status(self) -> dict[str, Any]:
+        """status.plan: the summary and the actions. Past the CRD's cap (many NVMe nodes) the
+        middle entries (PersistentVolumes) are left out of actions, never the target patch at
+        the end; the summary still names every write."""
+        actions = [w.planned_action() for w in self.writes]
+        if len(actions) > PLAN_ACTIONS_MAX:
+            actions = [*actions[: PLAN_ACTIONS_MAX - 1], actions[-1]]
+        return {"summary": self.summary, "actions": actions}

@@ -1,0 +1,144 @@
+"""Every write Apply mode performs for one KVCacheTier, in order; Plan mode reports the same.
+
+Order: the Ceph replica-1 pool and StorageClasses first (claims need them), then the NVMe
+PersistentVolumes, then claims, and the target patch last, so a model server never restarts
+onto storage that is not there yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kvtier.api.common import quantity_bytes
+from kvtier.api.policy import Retention
+from kvtier.api.tier import KVCacheTierSpec
+from kvtier.policy.effective import EffectiveSettings
+from kvtier.render.cephfs import (
+    cephfs_claim,
+    cephfs_size_bytes,
+    cephfs_storage_class_name,
+    replica1_writes,
+)
+from kvtier.render.labels import TIER_ID, TierRef, tier_labels
+from kvtier.render.naming import python_hash_seed
+from kvtier.render.nvme import (
+    nvme_capacity_bytes,
+    nvme_claim_spec,
+    nvme_storage_class,
+    nvme_volumes,
+)
+from kvtier.render.result import DesiredWrite, RenderError, RenderResult
+from kvtier.render.targets import Conflict, Offload, PerPodClaim, SharedClaim, target_patch
+from kvtier.sizing import SizingPlan
+
+
+def render_writes(
+    tier: TierRef,
+    spec: KVCacheTierSpec,
+    settings: EffectiveSettings,
+    sizing: SizingPlan,
+    target: Mapping[str, Any],
+    nodes: Sequence[Mapping[str, Any]],
+    replicas: int,
+) -> RenderResult:
+    """The writes for the tier's chosen topology, or a conflict when the target already has
+    an offload config kvtier did not write. RenderError when the inputs cannot work (no NVMe
+    pool or eligible node, a size above the pool's, an unsupported target or disk type)."""
+    writes: list[DesiredWrite] = []
+    notes: list[str] = []
+    disk_spec = spec.disk
+    disk: SharedClaim | PerPodClaim | None = None
+    seed = None
+    if sizing.disk == "NVMe":
+        pool = settings.nvme_pool
+        if pool is None:
+            named = disk_spec.nvme.pool if disk_spec and disk_spec.nvme else None
+            raise RenderError(
+                "NVMePoolNotFound",
+                f"the KVCachePolicy defines no NVMe pool {named}"
+                if named
+                else "an NVMe tier needs spec.disk.nvme.pool",
+            )
+        requested = disk_spec.nvme.size if disk_spec and disk_spec.nvme else None
+        capacity = nvme_capacity_bytes(
+            None if requested is None else quantity_bytes(requested), pool
+        )
+        volumes = nvme_volumes(tier, pool, nodes, capacity)
+        writes += [nvme_storage_class(pool), *volumes]
+        disk = PerPodClaim(spec=nvme_claim_spec(tier, pool, capacity), labels=tier_labels(tier))
+        notes.append(
+            f"NVMe PVs have reclaim policy Retain; retention {pool.retention.value}: "
+            + (
+                "the operator deletes them with the tier"
+                if pool.retention is Retention.DELETE
+                else "they stay after the tier is deleted"
+            )
+        )
+        if replicas > len(volumes):
+            notes.append(
+                f"{replicas} replicas but {len(volumes)} eligible node(s): each node holds one "
+                "PV per tier, so replicas beyond that stay Pending"
+            )
+    elif sizing.disk == "CephFS":
+        requested = disk_spec.cephfs.size if disk_spec and disk_spec.cephfs else None
+        size = cephfs_size_bytes(
+            None if requested is None else quantity_bytes(requested), sizing.sizing
+        )
+        claim = cephfs_claim(
+            tier, cephfs_storage_class_name(settings), size, settings.storage_retention.value
+        )
+        writes += [*replica1_writes(settings), claim]
+        disk = SharedClaim(claim.name)
+        if replicas > 1:
+            seed = python_hash_seed(tier.namespace, tier.name)
+    elif sizing.disk is not None:
+        raise RenderError(
+            "DiskTypeNotSupported", f"Apply mode cannot provision a {sizing.disk} tier yet"
+        )
+
+    offload = Offload(
+        kv_transfer_config=sizing.kv_transfer_config,
+        cpu_bytes=sizing.sizing.cpu_bytes_to_use,
+        pod_memory_bytes=sizing.sizing.pod_memory_bytes,
+        shm_bytes=sizing.sizing.shm_bytes,
+        disk=disk,
+        disk_label=sizing.disk,
+        eviction_policy=sizing.input.eviction_policy,
+        mount_path=sizing.input.fs_root_dir,
+        python_hash_seed=seed,
+    )
+    patch = target_patch(target, offload)
+    if isinstance(patch, Conflict):
+        return RenderResult(conflict=patch.message)
+    return RenderResult(writes=[*writes, patch], notes=notes)
+
+
+def prune_writes(
+    tier: TierRef, existing: Sequence[Mapping[str, Any]], desired: Sequence[DesiredWrite]
+) -> list[DesiredWrite]:
+    """Deletes for objects of this tier (by its id label) that are no longer desired: PVs of
+    nodes that left the pool, the claim of a disk tier no longer chosen. `existing` are the
+    objects as read, each with apiVersion and kind; pass [] as desired on tier deletion."""
+    wanted = {(w.kind, w.namespace, w.name) for w in desired}
+    deletes = []
+    for obj in existing:
+        meta = obj.get("metadata") or {}
+        if (meta.get("labels") or {}).get(TIER_ID) != tier.id:
+            continue
+        key = (str(obj["kind"]), meta.get("namespace"), str(meta["name"]))
+        if key in wanted:
+            continue
+        where = f"{key[1]}/{key[2]}" if key[1] else key[2]
+        deletes.append(
+            DesiredWrite(
+                "Delete",
+                str(obj["apiVersion"]),
+                key[0],
+                key[2],
+                key[1],
+                {},
+                f"{key[0]} {where}: no longer part of tier {tier.namespace}/{tier.name}",
+            )
+        )
+    return deletes

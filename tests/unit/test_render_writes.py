@@ -1,0 +1,219 @@
+"""render_writes end to end on the examples: order, contents, conflicts, plan status."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kvtier.api.policy import KVCachePolicy
+from kvtier.api.tier import KVCacheTier, PlanStatus
+from kvtier.policy.effective import EffectiveSettings, effective_settings
+from kvtier.render import DesiredWrite, RenderError, RenderResult, TierRef, render_writes
+from kvtier.render.labels import TIER_ID
+from kvtier.render.result import PLAN_ACTIONS_MAX
+from kvtier.render.writes import prune_writes
+from kvtier.sizing import SizingInput, SizingPlan, lookup_model, plan
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+GiB = 1 << 30
+H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+NODES = [{"metadata": {"name": f"gpu-node-{i}", "labels": {**H100}}} for i in (1, 2, 3)] + [
+    {"metadata": {"name": "cpu-node-1", "labels": {}}}
+]
+
+
+def _yaml(path: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((EXAMPLES / path).read_text())
+    return loaded
+
+
+def _setup(tier_file: str) -> tuple[TierRef, KVCacheTier, EffectiveSettings]:
+    tier = KVCacheTier.model_validate(_yaml(tier_file))
+    policy = KVCachePolicy.model_validate(_yaml("kvcachepolicy.yaml"))
+    ref = TierRef(str(tier.metadata.namespace), str(tier.metadata.name), "uid-7")
+    return ref, tier, effective_settings(tier.spec, policy.spec)
+
+
+def _sizing(model: str, tp: int, ctx: int, sessions: int, replicas: int, **kw: Any) -> SizingPlan:
+    return plan(
+        SizingInput(
+            geometry=lookup_model(model),
+            tensor_parallel_size=tp,
+            average_context_tokens=ctx,
+            concurrent_sessions=sessions,
+            replicas=replicas,
+            node_memory_bytes=2048 * GiB,
+            **kw,
+        )
+    )
+
+
+def _walk(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield key
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _walk(item)
+
+
+def _llama() -> RenderResult:
+    ref, tier, settings = _setup("kvcachetier-llama70b-nvme.yaml")
+    sizing = _sizing("llama-3.1-70b", 4, 50_000, 32, 1, cpu_bytes=256 * GiB, disk_type="NVMe")
+    target = _yaml("targets/llama70b-isvc.yaml")
+    return render_writes(ref, tier.spec, settings, sizing, target, NODES, 1)
+
+
+def test_nvme_isvc_writes_in_order() -> None:
+    result = _llama()
+    assert result.conflict is None
+    kinds = [w.kind for w in result.writes]
+    assert kinds == ["StorageClass"] + ["PersistentVolume"] * 3 + ["InferenceService"]
+    assert all(w.action == "Apply" for w in result.writes)
+    pvs = result.writes[1:4]
+    assert {w.body["spec"]["capacity"]["storage"] for w in pvs} == {"1Ti"}  # tier's nvme.size
+    # The example pool is HostPath: PVs of type DirectoryOrCreate, one directory per tier.
+    assert {w.body["spec"]["hostPath"]["path"] for w in pvs} == {
+        "/var/mnt/nvme/kvtier/llm/llama70b"
+    }
+    patch = result.writes[-1]
+    assert (patch.name, patch.namespace) == ("llama-3-1-70b", "llm")
+    assert "hostPath" not in set(_walk(patch.body))  # pods never see a hostPath
+    volumes = patch.body["spec"]["predictor"]["volumes"]
+    claim = volumes[1]["ephemeral"]["volumeClaimTemplate"]["spec"]
+    assert claim["selector"]["matchLabels"][TIER_ID] == TierRef("llm", "llama70b").id
+    assert claim["storageClassName"] == result.writes[0].name
+    model = patch.body["spec"]["predictor"]["model"]
+    assert "env" not in model  # one replica: no shared hash seed
+    # 64Gi (user) + 2 × 256Gi + 4Gi headroom.
+    assert model["resources"]["requests"]["memory"] == "580Gi"
+    assert "Retain" in result.summary
+
+
+def test_cephfs_v1alpha1_three_replicas() -> None:
+    ref, tier, settings = _setup("kvcachetier-gptoss-cephfs.yaml")
+    sizing = _sizing("gpt-oss-120b", 2, 50_000, 128, 3, cpu_bytes=64 * GiB, disk_type="CephFS")
+    target = _yaml("targets/gptoss-llmisvc-v1alpha1.yaml")
+    result = render_writes(ref, tier.spec, settings, sizing, target, NODES, 3)
+    kinds = [w.kind for w in result.writes]
+    assert kinds == [
+        "StorageCluster",
+        "StorageClass",
+        "PersistentVolumeClaim",
+        "LLMInferenceService",
+    ]
+    pvc = result.writes[2]
+    assert pvc.body["spec"]["storageClassName"] == "ocs-storagecluster-cephfs-kvcache"
+    assert pvc.body["spec"]["resources"]["requests"]["storage"] == "2Ti"
+    assert pvc.body["metadata"]["ownerReferences"][0]["uid"] == "uid-7"  # retention Delete
+    main = result.writes[-1].body["spec"]["template"]["containers"][0]
+    env = {e["name"]: e["value"] for e in main["env"]}
+    assert env["PYTHONHASHSEED"].isdigit()
+    assert "--kv-transfer-config '" in env["VLLM_ADDITIONAL_ARGS"]
+    volumes = result.writes[-1].body["spec"]["template"]["volumes"]
+    assert volumes[1]["persistentVolumeClaim"] == {"claimName": pvc.name}
+
+
+def test_nemotron_auto_nvme_v1alpha2() -> None:
+    ref, tier, settings = _setup("kvcachetier.yaml")
+    sizing = _sizing("nemotron-ultra-253b", 8, 50_000, 64, 1)
+    assert sizing.disk == "NVMe"
+    target = _yaml("targets/nemotron-llmisvc.yaml")
+    result = render_writes(ref, tier.spec, settings, sizing, target, NODES, 1)
+    patch = result.writes[-1]
+    native = patch.body["spec"]["kvCacheOffloading"]
+    assert native["secondary"][0]["fileSystem"]["pvc"]["spec"]["resources"] == {
+        "requests": {"storage": "3Ti"}  # pool capacityPerNode: the tier names no size
+    }
+    assert "hostPath" not in set(_walk(patch.body))
+
+
+def test_cpu_only_writes_only_the_patch() -> None:
+    ref, tier, settings = _setup("kvcachetier.yaml")
+    sizing = _sizing("nemotron-ultra-253b", 8, 1000, 1, 1)
+    assert sizing.disk is None
+    target = _yaml("targets/nemotron-llmisvc.yaml")
+    result = render_writes(ref, tier.spec, settings, sizing, target, NODES, 1)
+    assert [w.kind for w in result.writes] == ["LLMInferenceService"]
+    assert "secondary" not in result.writes[0].body["spec"]["kvCacheOffloading"]
+
+
+def test_conflict_writes_nothing() -> None:
+    ref, tier, settings = _setup("kvcachetier-llama70b-nvme.yaml")
+    sizing = _sizing("llama-3.1-70b", 4, 50_000, 32, 1, cpu_bytes=256 * GiB, disk_type="NVMe")
+    target = _yaml("targets/llama70b-isvc.yaml")
+    target["spec"]["predictor"]["model"]["args"] += ["--kv-transfer-config", "{}"]
+    result = render_writes(ref, tier.spec, settings, sizing, target, NODES, 1)
+    assert result.writes == [] and result.conflict is not None
+    assert result.summary.startswith("Conflict: ")
+
+
+def test_missing_pool_and_object_store_are_errors() -> None:
+    ref, tier, _ = _setup("kvcachetier-llama70b-nvme.yaml")
+    no_policy = effective_settings(tier.spec, None)
+    sizing = _sizing("llama-3.1-70b", 4, 50_000, 32, 1, cpu_bytes=256 * GiB, disk_type="NVMe")
+    target = _yaml("targets/llama70b-isvc.yaml")
+    with pytest.raises(RenderError) as err:
+        render_writes(ref, tier.spec, no_policy, sizing, target, NODES, 1)
+    assert err.value.reason == "NVMePoolNotFound"
+    s3 = _sizing(
+        "llama-3.1-70b",
+        4,
+        50_000,
+        32,
+        1,
+        cpu_bytes=256 * GiB,
+        disk_type="ObjectStore",
+        available_disk_types=frozenset({"ObjectStore"}),
+    )
+    with pytest.raises(RenderError) as err:
+        render_writes(ref, tier.spec, no_policy, s3, target, NODES, 1)
+    assert err.value.reason == "DiskTypeNotSupported"
+
+
+def test_more_replicas_than_nodes_is_noted() -> None:
+    ref, tier, settings = _setup("kvcachetier-llama70b-nvme.yaml")
+    sizing = _sizing("llama-3.1-70b", 4, 50_000, 32, 4, cpu_bytes=256 * GiB, disk_type="NVMe")
+    target = _yaml("targets/llama70b-isvc.yaml")
+    result = render_writes(ref, tier.spec, settings, sizing, target, NODES, 4)
+    assert any("Pending" in note for note in result.notes)
+
+
+def test_plan_status_validates_against_the_crd_model() -> None:
+    status = PlanStatus.model_validate(_llama().plan_status())
+    assert status.actions is not None and len(status.actions) == 5
+    assert status.actions[0].namespace is None  # cluster-scoped StorageClass
+    assert status.actions[-1].kind == "InferenceService"
+
+
+def test_plan_status_cap_keeps_the_target_patch() -> None:
+    patch = _llama().writes[-1]
+    pv = _llama().writes[1]
+    result = RenderResult(writes=[pv] * 100 + [patch])
+    actions = result.plan_status()["actions"]
+    assert len(actions) == PLAN_ACTIONS_MAX
+    assert actions[-1]["kind"] == "InferenceService"
+    assert result.summary.count("\n") == 100  # every write is in the summary
+
+
+def test_prune_deletes_only_this_tiers_unwanted_objects() -> None:
+    result = _llama()
+    ref = TierRef("llm", "llama70b")
+    pvs = [w.body for w in result.writes if w.kind == "PersistentVolume"]
+    stale = {**pvs[0], "metadata": {**pvs[0]["metadata"], "name": "kvtier-old-node"}}
+    other = {
+        **pvs[0],
+        "metadata": {"name": "x", "labels": {TIER_ID: TierRef("llm", "other").id}},
+    }
+    deletes = prune_writes(ref, [*pvs, stale, other], result.writes)
+    assert [(d.action, d.kind, d.name, d.namespace) for d in deletes] == [
+        ("Delete", "PersistentVolume", "kvtier-old-node", None)
+    ]
+    everything = prune_writes(ref, pvs, [])
+    assert {d.name for d in everything} == {pv["metadata"]["name"] for pv in pvs}
+    assert all(isinstance(d, DesiredWrite) for d in everything)
