@@ -4,7 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: all venv deps cluster-bin lint generate check-generated unit e2e test demo bench clean
+.PHONY: all venv deps cluster-bin lint generate check-generated render-manifests check-manifests \
+	unit e2e test demo bench clean
 
 all: test
 
@@ -33,13 +34,20 @@ generate: venv
 check-generated: venv
 	$(BIN)/python -m kvtier.api.generate --check
 
+# The chart is the one source of deploy/manifests, bundle/ and the Argo CD patch.
+render-manifests: venv cluster-bin
+	$(BIN)/python hack/render-manifests
+
+check-manifests: venv cluster-bin
+	$(BIN)/python hack/render-manifests --check
+
 unit: venv
 	$(BIN)/pytest -m "not e2e"
 
 e2e: venv cluster-bin
 	$(BIN)/pytest -m e2e
 
-test: venv deps cluster-bin lint check-generated
+test: venv deps cluster-bin lint check-generated check-manifests
 	$(BIN)/pytest
 
 demo: venv cluster-bin

@@ -10,6 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvtier.render.labels import TIER_ID
+from kvtier.render.naming import tier_id
+
 TierKey = tuple[str, str]  # (namespace, name)
 TargetKey = tuple[str, str, str]  # (kind, namespace, name)
 # When a target is served in several versions, the newest that kvtier knows wins unless the
@@ -45,6 +48,10 @@ class Cache:
     configmaps: dict[TierKey, dict[str, Any]] = field(default_factory=dict)
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     policy: dict[str, Any] | None = None
+    # Objects kvtier wrote for a tier, by tier id label: {(kind, ns, name): object}.
+    owned: dict[str, dict[tuple[str, str | None, str], dict[str, Any]]] = field(
+        default_factory=dict
+    )
 
     def tier_keys(self) -> list[TierKey]:
         return list(self.tiers)
@@ -92,6 +99,28 @@ class Cache:
         if not ref:
             return None
         return self.configmaps.get((_meta(tier).get("namespace", ""), ref.get("name", "")))
+
+    def owned_for(
+        self, namespace: str, name: str
+    ) -> dict[tuple[str, str | None, str], dict[str, Any]]:
+        return dict(self.owned.get(tier_id(namespace, name), {}))
+
+    def set_owned(self, obj: dict[str, Any], deleted: bool) -> TierKey | None:
+        """Track an object carrying a tier id label; returns the tier it belongs to."""
+        meta = _meta(obj)
+        tid = (meta.get("labels") or {}).get(TIER_ID)
+        if not tid:
+            return None
+        key = (str(obj.get("kind")), meta.get("namespace"), str(meta.get("name")))
+        objects = self.owned.setdefault(tid, {})
+        if deleted:
+            objects.pop(key, None)
+        else:
+            objects[key] = obj
+        return next(
+            (k for k in self.tiers if tier_id(*k) == tid),
+            None,
+        )
 
     def set_node(self, node: dict[str, Any]) -> bool:
         """Store a node; True when a fact sizing depends on changed."""

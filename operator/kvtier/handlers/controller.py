@@ -16,9 +16,12 @@ from kvtier import metrics
 from kvtier.api.tier import API_VERSION
 from kvtier.handlers.cache import Cache, TierKey
 from kvtier.handlers.workqueue import WorkQueue
-from kvtier.kube.rest import FIELD_MANAGER, Kube
+from kvtier.kube.rest import Kube
+from kvtier.names import FIELD_MANAGER, FINALIZER
 from kvtier.policy.conditions import timestamp
 from kvtier.policy.decide import Decision, Event, Facts, decide
+from kvtier.policy.provisioning import object_key, pending_writes, policy_writes, removal_writes
+from kvtier.render import DesiredWrite
 
 log = logging.getLogger("kvtier.controller")
 STATUS_KEYS = (
@@ -52,6 +55,9 @@ def status_patch(
         return None
     # Whole keys are replaced: merge patch replaces lists anyway, and None removes a key.
     return {k: want[k] for k in STATUS_KEYS if want[k] != current.get(k)}
+
+
+POLICY_KEY: TierKey = ("", "KVCachePolicy")  # tiers always have a namespace
 
 
 class Controller:
@@ -106,10 +112,16 @@ class Controller:
                     metrics.LAST_ERROR.set(time.time())
 
     async def reconcile(self, key: TierKey) -> None:
+        if key == POLICY_KEY:
+            await self._reconcile_policy()
+            return
         namespace, name = key
         tier = self.cache.tiers.get(key)
         if tier is None:
             metrics.forget_tier(namespace, name)
+            return
+        if (tier.get("metadata") or {}).get("deletionTimestamp"):
+            await self._take_back(tier, deleting=True)
             return
         config_map = self.cache.configmap_for(tier)
         ref = ((tier.get("spec") or {}).get("model") or {}).get("configMapRef")
@@ -126,10 +138,109 @@ class Controller:
             config_map=config_map,
             nodes=list(self.cache.nodes.values()),
             now=datetime.now(UTC),
+            owned=self.cache.owned_for(namespace, name),
         )
         decision = decide(facts)
+        finalizers = (tier.get("metadata") or {}).get("finalizers") or []
+        if decision.mode == "Apply" and decision.writes:
+            if FINALIZER not in finalizers:
+                await self._set_finalizer(tier, present=True)
+            await self._perform(tier, decision.writes)
+            self.queue.add_after(key, 1.0)  # observe what the writes produced
+        elif decision.mode != "Apply" and FINALIZER in finalizers:
+            await self._take_back(tier, deleting=False)  # Apply → Plan
         await self._write_status(tier, decision)
         metrics.observe_tier(namespace, name, tier, decision.status)
+
+    async def _perform(self, tier: Mapping[str, Any], writes: list[DesiredWrite]) -> None:
+        """Apply or delete in order; stop at the first failure (the retry starts over, and
+        the target patch comes last, so a model server never points at missing storage)."""
+        for w in writes:
+            if w.action == "Delete":
+                await asyncio.to_thread(
+                    self.kube.delete, w.api_version, w.kind, w.name, w.namespace
+                )
+                metrics.WRITES.labels("delete", w.kind).inc()
+                await self._event(tier, Event("Normal", "Deleted", w.summary))
+            else:
+                await asyncio.to_thread(self.kube.apply, w.body)
+                metrics.WRITES.labels("apply", w.kind).inc()
+                await self._event(tier, Event("Normal", "Applied", w.summary))
+
+    async def _set_finalizer(self, tier: Mapping[str, Any], present: bool) -> None:
+        meta = tier["metadata"]
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": "KVCacheTier",
+            "metadata": {
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                # Applying without the entry drops kvtier's ownership, so it goes.
+                **({"finalizers": [FINALIZER]} if present else {}),
+            },
+        }
+        try:
+            updated = await asyncio.to_thread(self.kube.apply, body)
+        except ApiException as exc:
+            if exc.status != 404 or present:
+                raise
+            updated = None
+        metrics.WRITES.labels("apply", "KVCacheTier").inc()
+        key = (meta["namespace"], meta["name"])
+        if updated and key in self.cache.tiers:
+            self.cache.tiers[key] = updated  # fresher than the watch, as after status writes
+
+    async def _take_back(self, tier: Mapping[str, Any], deleting: bool) -> None:
+        """Remove exactly what kvtier applied: the target's fields, owned storage (unless
+        retained); then release the finalizer. A target or namespace already gone does not
+        block: there is nothing to take back from it."""
+        meta = tier["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        if FINALIZER not in (meta.get("finalizers") or []):
+            return
+        owned = self.cache.owned_for(namespace, name)
+        target = self.cache.target_for(tier)
+        retention = self._claim_retention(tier)
+        writes = removal_writes(target, owned.values(), delete_claims=retention == "Delete")
+        observed = {**owned}
+        if target is not None:
+            observed[object_key(target)] = target
+        todo = [w for w in writes if w.action == "Apply"] + pending_writes(
+            [w for w in writes if w.action == "Delete"], observed
+        )
+        try:
+            await self._perform(tier, todo)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        await self._set_finalizer(tier, present=False)
+        if deleting:
+            metrics.forget_tier(namespace, name)
+
+    def _claim_retention(self, tier: Mapping[str, Any]) -> str:
+        policy = (self.cache.policy or {}).get("spec") or {}
+        return str(policy.get("storageRetention") or "Delete")
+
+    async def _reconcile_policy(self) -> None:
+        """Cluster-scoped objects only the policy can cause (never a namespaced tier)."""
+        writes = policy_writes(self.cache.policy)
+        observed: dict[tuple[str, str | None, str], Any] = {}
+        for w in writes:
+            current = await asyncio.to_thread(
+                self.kube.get, w.api_version, w.kind, w.name, w.namespace
+            )
+            if current is not None:
+                observed[(w.kind, w.namespace, w.name)] = current
+            elif w.kind in ("StorageCluster", "CephFilesystem"):
+                # Never create a storage cluster by applying a pool onto a missing one.
+                log.warning(
+                    "%s %s/%s not found; replica-1 pool not added", w.kind, w.namespace, w.name
+                )
+                observed[(w.kind, w.namespace, w.name)] = w.body
+        for w in pending_writes(writes, observed):
+            await asyncio.to_thread(self.kube.apply, w.body)
+            metrics.WRITES.labels("apply", w.kind).inc()
+            log.info("policy: %s", w.summary)
 
     async def _write_status(self, tier: Mapping[str, Any], decision: Decision) -> None:
         meta = tier["metadata"]

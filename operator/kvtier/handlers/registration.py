@@ -14,7 +14,7 @@ from typing import Any
 import kopf
 
 from kvtier.api.tier import GROUP, VERSION
-from kvtier.handlers.controller import Controller
+from kvtier.handlers.controller import POLICY_KEY, Controller
 from kvtier.kube.rest import Kube, load_client
 
 ENV_KUBECONFIG = "KVTIER_KUBECONFIG"
@@ -86,6 +86,7 @@ async def policy_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
         return  # admission refuses other names; nothing else is a policy
     controller = _controller(memo)
     controller.cache.policy = None if event["type"] == "DELETED" else obj
+    controller.queue.add(POLICY_KEY)
     controller.enqueue(controller.cache.tier_keys())
 
 
@@ -148,6 +149,27 @@ async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
         changed = controller.cache.set_node(obj)
     if changed:
         controller.enqueue(controller.cache.tier_keys())
+
+
+MANAGED = {"app.kubernetes.io/managed-by": "kvtier"}
+
+
+async def _owned_event(kind: str, event: kopf.RawEvent, memo: kopf.Memo) -> None:
+    controller = _controller(memo)
+    obj: dict[str, Any] = {**dict(event["object"]), "apiVersion": "v1", "kind": kind}
+    key = controller.cache.set_owned(obj, deleted=event["type"] == "DELETED")
+    if key is not None:
+        controller.queue.add(key)
+
+
+@kopf.on.event("", "v1", "persistentvolumes", labels=MANAGED)
+async def volume_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    await _owned_event("PersistentVolume", event, memo)
+
+
+@kopf.on.event("", "v1", "persistentvolumeclaims", labels=MANAGED)
+async def claim_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    await _owned_event("PersistentVolumeClaim", event, memo)
 
 
 logging.getLogger("kopf.objects").setLevel(logging.WARNING)

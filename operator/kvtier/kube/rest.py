@@ -14,7 +14,8 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-FIELD_MANAGER = "kvtier-operator"
+from kvtier.names import FIELD_MANAGER
+
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
 

@@ -13,6 +13,8 @@ from typing import Any
 
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
 MAX_MESSAGE = 32768
+# Conditions whose True means trouble.
+NEGATIVE_POLARITY = frozenset({"Conflict"})
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,7 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
-        return self.status == TRUE
+        return self.status == (FALSE if self.type in NEGATIVE_POLARITY else TRUE)
 
 
 def timestamp(now: datetime) -> str:

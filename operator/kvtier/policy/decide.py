@@ -20,7 +20,23 @@ from kvtier.api.policy import KVCachePolicySpec
 from kvtier.api.tier import ConditionType, DiskType, KVCacheTierSpec, Mode
 from kvtier.policy.conditions import FALSE, TRUE, Verdict, flipped, merge_conditions
 from kvtier.policy.effective import EffectiveSettings, effective_settings
+from kvtier.policy.provisioning import (
+    applied_verdict,
+    disk_tier_status,
+    pending_writes,
+    provisioned_verdict,
+    split_writes,
+)
 from kvtier.policy.targets import Placement, TargetFacts, placement, target_facts
+from kvtier.render import (
+    DesiredWrite,
+    RenderError,
+    RenderResult,
+    TierRef,
+    prune_writes,
+    render_writes,
+)
+from kvtier.render.nvme import recycle_released_volumes
 from kvtier.sizing import SizingError, SizingInput, SizingPlan, plan, resolve_geometry
 
 MAX_CONFIG_BYTES = 1024 * 1024  # a real config.json is a few KiB; refuse what cannot be one
@@ -50,6 +66,8 @@ class Facts:
     config_map: Mapping[str, Any] | None  # the referenced ConfigMap, None if absent
     nodes: Sequence[Mapping[str, Any]]
     now: datetime
+    # Objects kvtier wrote for this tier (PVs, PVCs), keyed by (kind, namespace, name).
+    owned: Mapping[tuple[str, str | None, str], Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -69,6 +87,11 @@ class Decision:
     sizing: SizingPlan | None = None
     settings: EffectiveSettings | None = None
     target: TargetFacts | None = None
+    # Apply mode: the writes still needed (in order), and every object the tier owns now.
+    writes: list[DesiredWrite] = field(default_factory=list)
+    desired: list[DesiredWrite] = field(default_factory=list)
+    disk_status: dict[str, Any] = field(default_factory=dict)
+    applied: bool = False  # the target carries the configuration (Apply mode)
 
 
 def _meta(obj: Mapping[str, Any], key: str) -> Any:
@@ -246,14 +269,23 @@ def _policy_verdict(
     )
 
 
-def _status_tiers(sp: SizingPlan, previous: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _status_tiers(
+    sp: SizingPlan,
+    previous: Sequence[Mapping[str, Any]],
+    disk: Mapping[str, Any],
+    applied: bool,
+) -> list[dict[str, Any]]:
     old = {t.get("name"): t for t in previous if isinstance(t, Mapping)}
     tiers: list[dict[str, Any]] = [
-        {"name": "cpu", "capacityBytes": sp.sizing.cpu_bytes_to_use, "ready": False}
+        {"name": "cpu", "capacityBytes": sp.sizing.cpu_bytes_to_use, "ready": applied}
     ]
     for t in sp.to_status()["tiers"]:
         name = DISK_TIER_NAMES.get(str(t["name"]), str(t["name"]).lower())
-        entry: dict[str, Any] = {"name": name, "ready": False}
+        entry: dict[str, Any] = {"name": name, "ready": bool(disk.get("ready"))}
+        if disk.get("claimName"):
+            entry["claimName"] = disk["claimName"]
+        if disk.get("capacityQuantity"):
+            entry["capacityBytes"] = quantity_bytes(disk["capacityQuantity"])
         for key in ("crossoverTokens", "restoreBlocksPerSecond", "beneficial"):
             if t.get(key) is not None:
                 entry[key] = t[key]
@@ -348,7 +380,11 @@ def decide(facts: Facts) -> Decision:
         for v in verdicts
         if flipped(previous, v)
     ]
-    status["tiers"] = _status_tiers(decision.sizing, prev_tiers) if decision.sizing else None
+    status["tiers"] = (
+        _status_tiers(decision.sizing, prev_tiers, decision.disk_status, decision.applied)
+        if decision.sizing
+        else None
+    )
     return decision
 
 
@@ -378,10 +414,10 @@ def _size(
         ]
     decision.sizing = sp
     status = decision.status
+    render_verdicts = _render(decision, spec, eff, sp, target, facts)
     status["sizing"] = sp.to_status()["sizing"]
     status["cpuTier"] = short_quantity(sp.sizing.cpu_bytes_to_use)
     status["diskTier"] = _disk_tier_text(sp, eff)
-    status["plan"] = {"summary": _plan_summary(sp, decision.mode)}
     fits = "fits" if sp.sizing.fits_in_cpu else "does not fit"
     where = (
         f"on {len(place.eligible_nodes)} eligible node(s)"
@@ -396,8 +432,58 @@ def _size(
             f"{sp.sizing.topology}: working set {short_quantity(sp.sizing.working_set_bytes)} "
             f"{fits} the CPU tier {short_quantity(sp.sizing.cpu_bytes_to_use)} "
             f"({sp.sizing.bytes_per_token} B/token, {where})",
-        )
+        ),
+        *render_verdicts,
     ]
+
+
+def _render(
+    decision: Decision,
+    spec: KVCacheTierSpec,
+    eff: EffectiveSettings,
+    sp: SizingPlan,
+    target: TargetFacts,
+    facts: Facts,
+) -> list[Verdict]:
+    """The writes Apply mode makes (Plan mode reports them) and what the cluster shows."""
+    meta = facts.tier.get("metadata") or {}
+    ref = TierRef(str(meta.get("namespace")), str(meta.get("name")), meta.get("uid"))
+    assert facts.target is not None
+    summary = _plan_summary(sp, decision.mode)
+    try:
+        result = render_writes(ref, spec, eff, sp, facts.target, facts.nodes, target.replicas)
+    except RenderError as exc:
+        decision.status["plan"] = {"summary": f"{summary}\nCannot apply: {exc.message}"}
+        return [Verdict(ConditionType.PROVISIONED.value, FALSE, exc.reason, exc.message)]
+    if result.conflict is not None:
+        decision.status["plan"] = {"summary": f"{summary}\n{result.summary}"}
+        return [
+            Verdict(ConditionType.CONFLICT.value, TRUE, "KVTransferConfigInUse", result.conflict),
+            Verdict(ConditionType.APPLIED.value, FALSE, "Conflict", result.conflict),
+        ]
+    tier_writes, policy_writes = split_writes(result.writes)
+    notes = [
+        *result.notes,
+        *(f"the KVCachePolicy provides {w.kind} {w.name}" for w in policy_writes),
+    ]
+    plan_status = RenderResult(writes=tier_writes, notes=notes).plan_status()
+    plan_status["summary"] = f"{summary}\n{plan_status['summary']}"
+    decision.status["plan"] = plan_status
+    decision.desired = tier_writes
+    if decision.mode != Mode.APPLY:
+        return []
+    observed = dict(facts.owned)
+    if facts.target is not None:
+        t_meta = facts.target.get("metadata") or {}
+        observed[(target.kind, t_meta.get("namespace"), str(t_meta.get("name")))] = facts.target
+    owned = list(facts.owned.values())
+    cleanup = [*prune_writes(ref, owned, tier_writes), *recycle_released_volumes(owned)]
+    decision.writes = pending_writes([*cleanup, *tier_writes], observed)
+    target_write = next((w for w in tier_writes if w.kind == target.kind), None)
+    decision.disk_status = disk_tier_status(sp.disk, tier_writes, observed)
+    applied = applied_verdict(target_write, facts.target)
+    decision.applied = applied.ok
+    return [provisioned_verdict(sp.disk, tier_writes, observed), applied]
 
 
 def _ready(verdicts: Sequence[Verdict], mode: str) -> Verdict:
@@ -415,4 +501,6 @@ def _ready(verdicts: Sequence[Verdict], mode: str) -> Verdict:
             "Planned",
             "Plan mode: sized and reported; nothing applied (see status.plan)",
         )
-    return Verdict(ConditionType.READY.value, TRUE, "Applied", "tiers provisioned and applied")
+    return Verdict(
+        ConditionType.READY.value, TRUE, "Applied", "tiers provisioned and applied to the target"
+    )

@@ -296,3 +296,15 @@ def effective_settings(
             defaults,
         ),
     )
+
+
+def nvme_pools(
+    policy_spec: KVCachePolicySpec | None, defaults: BuiltinDefaults = BUILTIN_DEFAULTS
+) -> list[NVMePoolSettings]:
+    """Every NVMe pool the policy defines, with its effective settings."""
+    if policy_spec is None:
+        return []
+    pools = policy_spec.nvme_pools or []
+    retention = policy_spec.storage_retention or defaults.storage_retention
+    found = (_nvme_pool(p.name, pools, retention, defaults) for p in pools)
+    return [p for p in found if p is not None]

@@ -1,0 +1,101 @@
+{{/* Chart name, overridable. */}}
+{{- define "kvtier-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Name of every object: the release name when it already contains the chart name (release
+`kvtier-operator` gives `kvtier-operator`), else `<release>-<chart>`. Cluster-scoped objects
+use it too, so two releases never collide.
+*/}}
+{{- define "kvtier-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "kvtier-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kvtier-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "kvtier-operator.labels" -}}
+{{ include "kvtier-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: kvtier
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "kvtier-operator.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/*
+The operator's cluster-wide permissions: the one place they are defined (the plain
+manifests and the OLM bundle are rendered from this chart). Secrets are never granted.
+*/}}
+{{- define "kvtier-operator.clusterRules" -}}
+- apiGroups: [kvcache.io]
+  resources: [kvcachetiers]
+  verbs: [get, list, watch, patch, update]
+- apiGroups: [kvcache.io]
+  resources: [kvcachetiers/status]
+  verbs: [get, patch, update]
+- apiGroups: [kvcache.io]
+  resources: [kvcachepolicies]
+  verbs: [get, list, watch]
+- apiGroups: [kvcache.io]
+  resources: [kvcachepolicies/status]
+  verbs: [get, patch]
+- apiGroups: [serving.kserve.io]
+  resources: [inferenceservices, llminferenceservices]
+  verbs: [get, list, watch, patch]
+- apiGroups: [""]
+  resources: [configmaps, nodes, pods]
+  verbs: [get, list, watch]
+# Apply mode: NVMe PVs, CephFS claims, per-pool StorageClasses (server-side apply).
+- apiGroups: [""]
+  resources: [persistentvolumes, persistentvolumeclaims]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [storage.k8s.io]
+  resources: [storageclasses]
+  verbs: [get, list, watch, create, patch, delete]
+# The storage probe runs as a Job on the tier's volume.
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch, create, delete]
+# Replica-1 CephFS data pools, only ever from the KVCachePolicy.
+- apiGroups: [ocs.openshift.io]
+  resources: [storageclusters]
+  verbs: [get, list, watch, patch]
+- apiGroups: [ceph.rook.io]
+  resources: [cephfilesystems]
+  verbs: [get, list, watch, patch]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [get, list, watch]
+{{- end }}
+
+{{/* Leader election happens in the operator's own namespace only. */}}
+{{- define "kvtier-operator.leaderElectionRules" -}}
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, list, watch, create, update, patch]
+{{- end }}

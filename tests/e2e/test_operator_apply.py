@@ -1,0 +1,487 @@
+"""Apply mode end to end on the real control plane with kwok GPU nodes, the operator running
+under its restricted identity: storage provisioned, targets patched field by field, pods of
+the patched servers scheduled and Running, GitOps re-applies survived, removal exact."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kvtier.api.common import quantity_bytes
+from kvtier.kube.rest import Kube
+from localcluster import LocalCluster
+from tests.e2e import audit
+from tests.e2e.conftest import create_target, inference_service, llm_inference_service
+from tests.e2e.kube_helpers import (
+    apply_policy,
+    create_tier,
+    events_for,
+    eventually,
+    get_tier,
+    new_namespace,
+    wait_condition,
+)
+from tests.e2e.operator_process import OperatorProcess
+
+POOL = "local-nvme"
+POLICY: dict[str, Any] = {
+    "nvmePools": [
+        {
+            "name": POOL,
+            "mountPath": "/var/mnt/nvme",
+            "nodeSelector": {"kvcache.io/local-nvme": "true"},
+            "capacityPerNode": "3Ti",
+            "volumeSource": "HostPath",
+        }
+    ],
+    "cephfs": {"storageClassName": "ocs-storagecluster-cephfs"},
+}
+STUDY = {"averageContextTokens": 50000, "concurrentSessions": 64}
+NEMOTRON = "hf://nvidia/Llama-3_1-Nemotron-Ultra-253B-v1"
+ARGO = "argocd-controller"
+
+
+@pytest.fixture(scope="module")
+def ns(admin_api: client.ApiClient, operator: OperatorProcess) -> str:
+    apply_policy(admin_api, POLICY)
+    return new_namespace(admin_api, "apply")
+
+
+def _custom(api: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api)
+
+
+def get_target(api: client.ApiClient, ns: str, kind: str, name: str, version: str) -> Any:
+    plural = {
+        "InferenceService": "inferenceservices",
+        "LLMInferenceService": "llminferenceservices",
+    }
+    return _custom(api).get_namespaced_custom_object(
+        "serving.kserve.io", version, ns, plural[kind], name
+    )
+
+
+def argo_apply(api: client.ApiClient, ns: str, body: dict[str, Any]) -> None:
+    """Re-apply the user's manifest as Argo CD self-heal does: its own manager, forced."""
+    group, version = body["apiVersion"].split("/")
+    plural = {
+        "InferenceService": "inferenceservices",
+        "LLMInferenceService": "llminferenceservices",
+    }
+    # The typed client has no apply verb; kvtier's own REST layer sends one.
+    Kube(api).request(
+        "PATCH",
+        f"/apis/{group}/{version}/namespaces/{ns}/{plural[body['kind']]}/{body['metadata']['name']}",
+        json.dumps({**body, "metadata": {**body["metadata"], "namespace": ns}}),
+        content_type="application/apply-patch+yaml",
+        query={"fieldManager": ARGO, "force": "true"},
+    )
+
+
+def pod_from_llmisvc(target: dict[str, Any], name: str) -> dict[str, Any]:
+    """Play the KServe controller: the pod it would run for a (patched) LLMInferenceService."""
+    template = copy.deepcopy(target["spec"]["template"])
+    offload = target["spec"].get("kvCacheOffloading") or {}
+    for i, tier in enumerate(offload.get("secondary") or []):
+        pvc = tier["fileSystem"]["pvc"]
+        mount = f"/mnt/kv-cache-{i}"
+        if "spec" in pvc:
+            volume = {
+                "name": f"kv-cache-{i}",
+                "ephemeral": {"volumeClaimTemplate": {"spec": pvc["spec"]}},
+            }
+        else:
+            volume = {
+                "name": f"kv-cache-{i}",
+                "persistentVolumeClaim": {"claimName": pvc["ref"]["name"]},
+            }
+        template.setdefault("volumes", []).append(volume)
+        template["containers"][0].setdefault("volumeMounts", []).append(
+            {"name": volume["name"], "mountPath": mount}
+        )
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": template}
+
+
+def pod_from_isvc(target: dict[str, Any], name: str) -> dict[str, Any]:
+    predictor = copy.deepcopy(target["spec"]["predictor"])
+    container = {**predictor["model"], "name": "kserve-container", "image": "vllm/vllm-openai"}
+    for key in ("modelFormat", "storageUri"):
+        container.pop(key, None)
+    spec = {"containers": [container], "volumes": predictor.get("volumes", [])}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def wait_running(api: client.ApiClient, ns: str, name: str) -> client.V1Pod:
+    core = client.CoreV1Api(api)
+    pod: client.V1Pod = eventually(
+        lambda: (p := core.read_namespaced_pod(name, ns)).status.phase == "Running" and p,
+        timeout=90,
+        what=f"pod {name} Running",
+    )
+    return pod
+
+
+def test_nvme_tier_on_llmisvc_v1alpha2(admin_api: client.ApiClient, ns: str) -> None:
+    target = create_target(
+        admin_api, ns, llm_inference_service("nemotron-ultra", tp=8, model_uri=NEMOTRON)
+    )
+    create_tier(
+        admin_api,
+        ns,
+        "nemotron",
+        {
+            "mode": "Apply",
+            "targetRef": {"kind": "LLMInferenceService", "name": "nemotron-ultra"},
+            "workload": STUDY,
+            "disk": {"type": "NVMe", "nvme": {"pool": POOL, "size": "2Ti"}},
+        },
+    )
+    tier = wait_condition(admin_api, ns, "nemotron", "Ready", "True", "Applied", timeout=90)
+    status = tier["status"]
+    assert status["sizing"]["topology"] == "CPUAndNVMe"
+    conds = {c["type"]: c for c in status["conditions"]}
+    assert conds["Provisioned"]["status"] == "True" and conds["Applied"]["status"] == "True"
+    assert "kvcache.io/cleanup" in tier["metadata"]["finalizers"]
+
+    core = client.CoreV1Api(admin_api)
+    # The pool's class comes from the policy; one PV per eligible node, pinned to it.
+    sc = client.StorageV1Api(admin_api).read_storage_class(f"kvtier-nvme-{POOL}")
+    assert sc.provisioner == "kubernetes.io/no-provisioner"
+    assert sc.volume_binding_mode == "WaitForFirstConsumer"
+    pvs = [
+        pv
+        for pv in core.list_persistent_volume().items
+        if (pv.metadata.labels or {}).get("kvcache.io/tier-namespace") == ns
+    ]
+    nodes = {
+        n.metadata.name for n in core.list_node(label_selector="kvcache.io/local-nvme=true").items
+    }
+    pinned = {
+        pv.spec.node_affinity.required.node_selector_terms[0].match_expressions[0].values[0]
+        for pv in pvs
+    }
+    assert pinned == nodes and len(pvs) == len(nodes)
+    for pv in pvs:
+        assert pv.spec.host_path.path.startswith("/var/mnt/nvme/kvtier/")
+        assert pv.spec.host_path.type == "DirectoryOrCreate"
+        assert pv.spec.capacity["storage"] == "2Ti"
+
+    # The target, field by field.
+    patched = get_target(admin_api, ns, "LLMInferenceService", "nemotron-ultra", "v1alpha2")
+    offload = patched["spec"]["kvCacheOffloading"]
+    assert offload["cpu"] and offload["evictionPolicy"] == "lru"
+    claim = offload["secondary"][0]["fileSystem"]["pvc"]["spec"]
+    assert claim["storageClassName"] == f"kvtier-nvme-{POOL}"
+    main = patched["spec"]["template"]["containers"][0]
+    memory = main["resources"]["limits"]["memory"]
+    sizing = status["sizing"]
+    assert quantity_bytes(memory) > 256 * 1024**3  # the user's 256Gi plus the tier's share
+    assert any(
+        v.get("emptyDir", {}).get("medium") == "Memory"
+        for v in patched["spec"]["template"]["volumes"]
+    )
+    assert sizing["cpuBytesToUse"] > 0
+    assert target["spec"]["template"]["containers"][0]["image"] == main["image"]
+
+    # Play KServe: the patched server's pod lands on a GPU node and binds that node's PV.
+    core.create_namespaced_pod(ns, pod_from_llmisvc(patched, "nemotron-ultra-0"))  # type: ignore[arg-type]
+    pod = wait_running(admin_api, ns, "nemotron-ultra-0")
+    assert pod.spec.node_name.startswith("gpu-node-")
+    bound = eventually(
+        lambda: [
+            pv
+            for pv in core.list_persistent_volume().items
+            if pv.status.phase == "Bound"
+            and pv.spec.claim_ref
+            and pv.spec.claim_ref.namespace == ns
+        ],
+        what="the pod's claim bound to a tier PV",
+    )
+    node_of_pv = (
+        bound[0].spec.node_affinity.required.node_selector_terms[0].match_expressions[0].values[0]
+    )
+    assert node_of_pv == pod.spec.node_name
+    reasons = {e.reason for e in events_for(admin_api, ns, "nemotron")}
+    assert "Applied" in reasons
+
+
+def test_cephfs_tier_on_inference_service(admin_api: client.ApiClient, ns: str) -> None:
+    user = inference_service(
+        "llama-70b",
+        tp=4,
+        model_uri="hf://meta-llama/Llama-3.1-70B-Instruct",
+        min_replicas=3,
+        max_replicas=3,
+    )
+    create_target(admin_api, ns, user)
+    create_tier(
+        admin_api,
+        ns,
+        "llama",
+        {
+            "mode": "Apply",
+            "targetRef": {"kind": "InferenceService", "name": "llama-70b"},
+            "workload": {"averageContextTokens": 50000, "concurrentSessions": 96},
+            "cpu": {"size": "200Gi"},
+            "disk": {"type": "CephFS", "cephfs": {"size": "2Ti"}},
+        },
+    )
+    tier = wait_condition(admin_api, ns, "llama", "Provisioned", "False", "ClaimPending")
+    claim_name = next(t["claimName"] for t in tier["status"]["tiers"] if t["name"] == "cephfs")
+    core = client.CoreV1Api(admin_api)
+    claim = core.read_namespaced_persistent_volume_claim(claim_name, ns)
+    assert claim.spec.access_modes == ["ReadWriteMany"]
+    assert claim.spec.storage_class_name == "ocs-storagecluster-cephfs"
+    assert claim.metadata.owner_references[0].kind == "KVCacheTier"
+    # Play the CephFS provisioner: a matching PV; the controller-manager binds it.
+    core.create_persistent_volume(
+        client.V1PersistentVolume(
+            metadata=client.V1ObjectMeta(name=f"cephfs-{ns}"),
+            spec=client.V1PersistentVolumeSpec(
+                capacity={"storage": "2Ti"},
+                access_modes=["ReadWriteMany"],
+                storage_class_name="ocs-storagecluster-cephfs",
+                persistent_volume_reclaim_policy="Delete",
+                csi=client.V1CSIPersistentVolumeSource(
+                    driver="openshift-storage.cephfs.csi.ceph.com", volume_handle=f"vol-{ns}"
+                ),
+            ),
+        )
+    )
+    tier = wait_condition(admin_api, ns, "llama", "Ready", "True", "Applied", timeout=90)
+    cephfs = next(t for t in tier["status"]["tiers"] if t["name"] == "cephfs")
+    assert cephfs["ready"] is True and cephfs["capacityBytes"] == 2 * 1024**4
+
+    patched = get_target(admin_api, ns, "InferenceService", "llama-70b", "v1beta1")
+    model = patched["spec"]["predictor"]["model"]
+    args = model["args"]
+    assert args[:4] == user["spec"]["predictor"]["model"]["args"]  # the user's args first
+    flag = args.index("--kv-transfer-config")
+    config = json.loads(args[flag + 1])
+    extra = config["kv_connector_extra_config"]
+    assert extra["spec_name"] == "TieringOffloadingSpec"
+    assert extra["cpu_bytes_to_use"] == 200 * 1024**3
+    assert extra["secondary_tiers"][0]["type"] == "fs"
+    env = {e["name"]: e.get("value") for e in model["env"]}
+    assert env["HF_HUB_OFFLINE"] == "1"  # the user's env survives
+    assert env["PYTHONHASHSEED"]  # three replicas share the tier
+    mounts = {m["mountPath"] for m in model["volumeMounts"]}
+    assert {"/dev/shm", "/mnt/kv-cache"} <= mounts
+    claims = [
+        v["persistentVolumeClaim"]["claimName"]
+        for v in patched["spec"]["predictor"]["volumes"]
+        if "persistentVolumeClaim" in v
+    ]
+    assert claims == [claim_name]
+
+    # Play KServe: a replica of the patched predictor is scheduled and runs.
+    core.create_namespaced_pod(ns, pod_from_isvc(patched, "llama-70b-0"))  # type: ignore[arg-type]
+    assert wait_running(admin_api, ns, "llama-70b-0").spec.node_name.startswith("gpu-node-")
+
+
+def test_llmisvc_v1alpha1_gets_additional_args(admin_api: client.ApiClient, ns: str) -> None:
+    create_target(
+        admin_api,
+        ns,
+        llm_inference_service(
+            "gpt-oss",
+            tp=2,
+            replicas=2,
+            model_uri="hf://openai/gpt-oss-120b",
+            api_version="serving.kserve.io/v1alpha1",
+        ),
+    )
+    create_tier(
+        admin_api,
+        ns,
+        "gptoss",
+        {
+            "mode": "Apply",
+            "targetRef": {
+                "apiVersion": "serving.kserve.io/v1alpha1",
+                "kind": "LLMInferenceService",
+                "name": "gpt-oss",
+            },
+            "workload": {"averageContextTokens": 20000, "concurrentSessions": 8},
+            "disk": {"type": "None"},
+        },
+    )
+    wait_condition(admin_api, ns, "gptoss", "Ready", "True", "Applied", timeout=90)
+    patched = get_target(admin_api, ns, "LLMInferenceService", "gpt-oss", "v1alpha1")
+    main = patched["spec"]["template"]["containers"][0]
+    extra = next(e["value"] for e in main["env"] if e["name"] == "VLLM_ADDITIONAL_ARGS")
+    assert extra.startswith("--kv-transfer-config '{") and extra.endswith("}'")
+    config = json.loads(extra.split(" ", 1)[1].strip("'"))
+    assert config["kv_connector"] == "OffloadingConnector"
+    assert "kvCacheOffloading" not in patched["spec"]
+
+
+def test_user_kv_transfer_config_is_a_conflict(admin_api: client.ApiClient, ns: str) -> None:
+    own = inference_service("own-config", tp=4, model_uri="hf://meta-llama/Llama-3.1-70B-Instruct")
+    own["spec"]["predictor"]["model"]["args"] += ["--kv-transfer-config", '{"kv_connector":"X"}']
+    create_target(admin_api, ns, own)
+    create_tier(
+        admin_api,
+        ns,
+        "own",
+        {
+            "mode": "Apply",
+            "targetRef": {"kind": "InferenceService", "name": "own-config"},
+            "workload": STUDY,
+            "disk": {"type": "None"},
+        },
+    )
+    tier = wait_condition(admin_api, ns, "own", "Conflict", "True", "KVTransferConfigInUse")
+    assert (
+        "--kv-transfer-config"
+        in {c["type"]: c for c in tier["status"]["conditions"]}["Conflict"]["message"]
+    )
+    untouched = get_target(admin_api, ns, "InferenceService", "own-config", "v1beta1")
+    assert (
+        untouched["spec"]["predictor"]["model"]["args"] == own["spec"]["predictor"]["model"]["args"]
+    )
+
+
+def test_argo_reapplies_do_not_start_a_write_war(
+    cluster: LocalCluster, admin_api: client.ApiClient, ns: str
+) -> None:
+    user = inference_service(
+        "llama-70b",
+        tp=4,
+        model_uri="hf://meta-llama/Llama-3.1-70B-Instruct",
+        min_replicas=3,
+        max_replicas=3,
+    )
+    start = time.time()
+    rounds = 50
+    for _ in range(rounds):
+        argo_apply(admin_api, ns, user)
+        time.sleep(0.05)
+    wait_condition(admin_api, ns, "llama", "Applied", "True", timeout=60)
+    patched = eventually(
+        lambda: (
+            "--kv-transfer-config"
+            in (t := get_target(admin_api, ns, "InferenceService", "llama-70b", "v1beta1"))["spec"][
+                "predictor"
+            ]["model"]["args"]
+            and t
+        ),
+        what="kvtier's args restored",
+    )
+    assert (
+        patched["spec"]["predictor"]["model"]["args"][:4]
+        == user["spec"]["predictor"]["model"]["args"]
+    )
+    time.sleep(3)
+    writes = audit.writes(cluster.audit_log, since=start)
+    target_writes = writes[("patch", "inferenceservices")]
+    # At most one restoring write per re-apply, and it stops when the re-applies stop.
+    assert 1 <= target_writes <= rounds, writes
+    settled = time.time()
+    time.sleep(5)
+    assert sum(audit.writes(cluster.audit_log, since=settled).values()) == 0
+    print(f"argo re-applies: {rounds}, kvtier target writes: {target_writes}")
+
+
+def test_native_fields_survive_argo_without_any_write(
+    cluster: LocalCluster, admin_api: client.ApiClient, ns: str
+) -> None:
+    user = llm_inference_service("nemotron-ultra", tp=8, model_uri=NEMOTRON)
+    start = time.time()
+    for _ in range(20):
+        argo_apply(admin_api, ns, user)
+    patched = get_target(admin_api, ns, "LLMInferenceService", "nemotron-ultra", "v1alpha2")
+    assert "kvCacheOffloading" in patched["spec"]
+    time.sleep(3)
+    writes = audit.writes(cluster.audit_log, since=start)
+    # Memory was owned by the user's manifest and re-taken by Argo: restored, nothing more.
+    assert writes[("patch", "llminferenceservices")] <= 20
+
+
+def test_deleting_the_tier_restores_the_users_manifest(
+    admin_api: client.ApiClient, ns: str
+) -> None:
+    user = inference_service(
+        "llama-70b",
+        tp=4,
+        model_uri="hf://meta-llama/Llama-3.1-70B-Instruct",
+        min_replicas=3,
+        max_replicas=3,
+    )
+    claim = next(
+        t["claimName"]
+        for t in get_tier(admin_api, ns, "llama")["status"]["tiers"]
+        if t["name"] == "cephfs"
+    )
+    _custom(admin_api).delete_namespaced_custom_object(
+        "kvcache.io", "v1alpha1", ns, "kvcachetiers", "llama"
+    )
+    eventually(
+        lambda: not _exists(lambda: get_tier(admin_api, ns, "llama")),
+        what="tier deleted (finalizer released)",
+    )
+    restored = get_target(admin_api, ns, "InferenceService", "llama-70b", "v1beta1")
+    assert restored["spec"]["predictor"]["model"] == user["spec"]["predictor"]["model"]
+    assert "volumes" not in restored["spec"]["predictor"]
+    assert "kvcache.io/applied" not in (restored["metadata"].get("annotations") or {})
+    core = client.CoreV1Api(admin_api)
+    # The claim is deleted; pvc-protection holds it while the old replica still mounts it.
+    eventually(
+        lambda: core.read_namespaced_persistent_volume_claim(claim, ns).metadata.deletion_timestamp,
+        what="the tier's claim deleted",
+    )
+    core.delete_namespaced_pod("llama-70b-0", ns)  # play KServe rolling the replica
+    eventually(
+        lambda: not _exists(lambda: core.read_namespaced_persistent_volume_claim(claim, ns)),
+        what="the claim gone once no pod uses it",
+    )
+
+
+def test_switching_to_plan_takes_the_configuration_back(
+    admin_api: client.ApiClient, ns: str
+) -> None:
+    _custom(admin_api).patch_namespaced_custom_object(
+        "kvcache.io", "v1alpha1", ns, "kvcachetiers", "nemotron", {"spec": {"mode": "Plan"}}
+    )
+    tier = wait_condition(admin_api, ns, "nemotron", "Ready", "True", "Planned", timeout=60)
+    eventually(
+        lambda: (
+            "kvCacheOffloading"
+            not in get_target(admin_api, ns, "LLMInferenceService", "nemotron-ultra", "v1alpha2")[
+                "spec"
+            ]
+        ),
+        what="native offload removed",
+    )
+    assert "kvcache.io/cleanup" not in (
+        get_tier(admin_api, ns, "nemotron")["metadata"].get("finalizers") or []
+    )
+    assert tier["status"]["plan"]["actions"][-1]["kind"] == "LLMInferenceService"
+    core = client.CoreV1Api(admin_api)
+    eventually(
+        lambda: (
+            not [
+                pv
+                for pv in core.list_persistent_volume().items
+                if (pv.metadata.labels or {}).get("kvcache.io/tier-namespace") == ns
+                and pv.status.phase != "Bound"
+            ]
+        ),
+        what="unbound tier PVs removed",
+    )
+
+
+def _exists(fn: Any) -> bool:
+    try:
+        fn()
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
