@@ -23,6 +23,17 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--health-port", type=int, default=8081, help="liveness /healthz port")
     p.add_argument("--bind-address", default="0.0.0.0", help="address the endpoints listen on")
     p.add_argument("--workers", type=int, default=4, help="tiers reconciled concurrently")
+    p.add_argument(
+        "--namespace",
+        default=os.environ.get("KVTIER_NAMESPACE", "kvtier-system"),
+        help="the operator's namespace, where its leader-election Lease lives",
+    )
+    p.add_argument(
+        "--no-leader-elect",
+        dest="leader_elect",
+        action="store_false",
+        help="act without a Lease (one replica only)",
+    )
     p.add_argument("--log-format", choices=["json", "plain"], default="json")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(handler=run)
@@ -37,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
     if args.kubeconfig:
         os.environ[registration.ENV_KUBECONFIG] = args.kubeconfig
     os.environ[registration.ENV_WORKERS] = str(args.workers)
+    os.environ[registration.ENV_NAMESPACE] = args.namespace
+    os.environ[registration.ENV_LEADER_ELECT] = "1" if args.leader_elect else "0"
     kopf.configure(
         verbose=args.verbose,
         log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN,

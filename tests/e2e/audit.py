@@ -11,9 +11,15 @@ WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
 
 
 def writes(
-    audit_log: Path, user: str = OPERATOR_USER, since: float = 0.0
+    audit_log: Path,
+    user: str = OPERATOR_USER,
+    since: float = 0.0,
+    exclude: tuple[str, ...] = ("leases",),
 ) -> Counter[tuple[str, str]]:
-    """(verb, resource[/subresource]) → count, for completed requests after `since` (epoch s)."""
+    """(verb, resource[/subresource]) → count, for completed requests after `since` (epoch s).
+
+    Leader-election Lease renewals are left out by default: they are the cost of HA, paid
+    every few seconds whatever the tiers do, and counted separately where it matters."""
     counts: Counter[tuple[str, str]] = Counter()
     if not audit_log.exists():
         return counts
@@ -30,6 +36,8 @@ def writes(
             continue
         ref = entry.get("objectRef", {})
         resource = ref.get("resource", "")
+        if resource in exclude:
+            continue
         if ref.get("subresource"):
             resource += "/" + ref["subresource"]
         counts[(entry["verb"], resource)] += 1

@@ -15,9 +15,14 @@ from localcluster import LocalCluster, free_port
 
 class OperatorProcess:
     def __init__(
-        self, cluster: LocalCluster, log_path: Path, kubeconfig: Path | None = None
+        self,
+        cluster: LocalCluster,
+        log_path: Path,
+        kubeconfig: Path | None = None,
+        namespace: str = "kvtier-system",
     ) -> None:
         self.cluster = cluster
+        self.namespace = namespace
         self.log_path = log_path
         self.kubeconfig = kubeconfig or cluster.operator_kubeconfig
         self.metrics_port = free_port()
@@ -37,6 +42,7 @@ class OperatorProcess:
                 f"--health-port={self.health_port}",
                 "--bind-address=127.0.0.1",
                 "--log-format=plain",
+                f"--namespace={self.namespace}",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -205,7 +205,9 @@ def test_operator_runs_under_the_charts_service_account(
             "nemotron-ultra", tp=8, model_uri="hf://nvidia/Llama-3_1-Nemotron-Ultra-253B-v1"
         ),
     )
-    proc = OperatorProcess(cluster, tmp_path / "operator.log", kubeconfig=kubeconfig).start()
+    proc = OperatorProcess(
+        cluster, tmp_path / "operator.log", kubeconfig=kubeconfig, namespace=namespace
+    ).start()
     try:
         create_tier(
             admin_api,

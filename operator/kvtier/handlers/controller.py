@@ -70,6 +70,17 @@ class Controller:
         self.workers = workers
         self.instance = socket.gethostname()
         self._tasks: list[asyncio.Task[None]] = []
+        # Set while this replica may act (it holds the Lease, or election is off).
+        self.leading = asyncio.Event()
+
+    def lead(self) -> None:
+        """Became the acting replica: everything known may need work."""
+        self.leading.set()
+        self.queue.add(POLICY_KEY)
+        self.enqueue(self.cache.tier_keys())
+
+    def follow(self) -> None:
+        self.leading.clear()
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._worker(i)) for i in range(self.workers)]
@@ -85,7 +96,12 @@ class Controller:
 
     async def _worker(self, index: int) -> None:
         while True:
+            await self.leading.wait()
             key = await self.queue.get()
+            if not self.leading.is_set():  # lost the Lease meanwhile: keep it for later
+                self.queue.done(key)
+                self.queue.add(key)
+                continue
             started = time.monotonic()
             result = "success"
             try:

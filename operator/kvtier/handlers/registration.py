@@ -7,6 +7,7 @@ user objects; its settings still point any such storage at kvcache.io/ keys.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from typing import Any
@@ -15,10 +16,13 @@ import kopf
 
 from kvtier.api.tier import GROUP, VERSION
 from kvtier.handlers.controller import POLICY_KEY, Controller
+from kvtier.handlers.leader import LeaderElector
 from kvtier.kube.rest import Kube, load_client
 
 ENV_KUBECONFIG = "KVTIER_KUBECONFIG"
 ENV_WORKERS = "KVTIER_WORKERS"
+ENV_NAMESPACE = "KVTIER_NAMESPACE"  # where the leader-election Lease lives
+ENV_LEADER_ELECT = "KVTIER_LEADER_ELECT"
 
 
 def _controller(memo: kopf.Memo) -> Controller:
@@ -56,10 +60,24 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     controller = Controller(kube, workers=int(os.environ.get(ENV_WORKERS, "4")))
     memo["controller"] = controller
     controller.start()
+    if os.environ.get(ENV_LEADER_ELECT, "1") == "1":
+        elector = LeaderElector(
+            kube,
+            os.environ.get(ENV_NAMESPACE, "kvtier-system"),
+            on_started=controller.lead,
+            on_stopped=controller.follow,
+        )
+        memo["elector"] = elector
+        memo["election"] = asyncio.create_task(elector.run())
+    else:
+        controller.lead()
 
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    if "election" in memo:
+        memo["election"].cancel()
+        await asyncio.to_thread(memo["elector"].release)
     await _controller(memo).stop()
 
 
