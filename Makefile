@@ -28,8 +28,9 @@ lint: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-generate: venv
+generate: venv cluster-bin
 	$(BIN)/python -m kvtier.api.generate --write
+	$(BIN)/python hack/render-manifests
 
 check-generated: venv
 	$(BIN)/python -m kvtier.api.generate --check

@@ -495,6 +495,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--check", action="store_true", help="exit 1 with a diff on drift")
     args = parser.parse_args(argv)
+    if not args.check:
+        # The chart renders its CRDs from files/crds: refresh them before rendering.
+        for path, text in chart_crd_files().items():
+            if not path.exists() or path.read_text() != text:
+                path.write_text(text)
+                print(f"wrote {path.relative_to(REPO)}")
     try:
         expected = expected_files()
     except RenderError as exc:

@@ -28,6 +28,33 @@ RECONCILE_SECONDS = Histogram(
 WRITES = Counter(
     "kvtier_api_writes_total", "Writes the operator sent to the API server.", ("verb", "kind")
 )
+PROBE_P99 = Gauge(
+    "kvtier_probe_p99_seconds",
+    "Latest fio p99 block latency of a disk tier.",
+    (*TIER_LABELS, "tier"),
+)
+PROBE_P50 = Gauge(
+    "kvtier_probe_p50_seconds",
+    "Latest fio p50 block latency of a disk tier.",
+    (*TIER_LABELS, "tier"),
+)
+PROBE_BANDWIDTH = Gauge(
+    "kvtier_probe_bandwidth_bytes_per_second",
+    "Latest fio read bandwidth of a disk tier.",
+    (*TIER_LABELS, "tier"),
+)
+CROSSOVER = Gauge(
+    "kvtier_crossover_tokens",
+    "Context length above which restoring from the tier beats recompute.",
+    (*TIER_LABELS, "tier"),
+)
+BENEFICIAL = Gauge(
+    "kvtier_tier_beneficial",
+    "1 when restoring from the disk tier beats recompute, 0 when it does not.",
+    (*TIER_LABELS, "tier"),
+)
+PROBE_RUNS = Counter("kvtier_probe_runs_total", "fio probe Jobs started.")
+PROBE_FAILURES = Counter("kvtier_probe_failures_total", "fio probes that failed or timed out.")
 LAST_ERROR = Gauge("kvtier_last_error_timestamp_seconds", "Unix time of the last failed reconcile.")
 
 _PER_TIER = (WORKING_SET, CPU_BYTES, FITS, READY)
@@ -53,8 +80,21 @@ def observe_tier(
         CPU_BYTES.labels(namespace, name).set(sizing.get("cpuBytesToUse") or 0)
         FITS.labels(namespace, name).set(1 if sizing.get("fitsInCPU") else 0)
     for t in status.get("tiers") or []:
+        labels = (namespace, name, t["name"])
         if t.get("capacityBytes") is not None:
-            CAPACITY.labels(namespace, name, t["name"]).set(t["capacityBytes"])
+            CAPACITY.labels(*labels).set(t["capacityBytes"])
+        if t.get("crossoverTokens") is not None:
+            CROSSOVER.labels(*labels).set(t["crossoverTokens"])
+        if t.get("beneficial") is not None:
+            BENEFICIAL.labels(*labels).set(1 if t["beneficial"] else 0)
+        probe = t.get("probe") or {}
+        for gauge, field in (
+            (PROBE_P99, "p99Seconds"),
+            (PROBE_P50, "p50Seconds"),
+            (PROBE_BANDWIDTH, "bandwidthBytesPerSecond"),
+        ):
+            if probe.get(field) is not None:
+                gauge.labels(*labels).set(probe[field])
     spec = tier.get("spec") or {}
     ref = spec.get("targetRef") or {}
     mode = next((e["value"] for e in status.get("effective") or [] if e.get("field") == "mode"), "")
@@ -77,5 +117,14 @@ def _remove_matching(metric: Gauge, namespace: str, name: str) -> None:
 
 def forget_tier(namespace: str, name: str) -> None:
     """Drop every series of a tier (deleted, or about to be re-set)."""
-    for metric in (*_PER_TIER, CAPACITY, INFO):
+    for metric in (
+        *_PER_TIER,
+        CAPACITY,
+        INFO,
+        PROBE_P99,
+        PROBE_P50,
+        PROBE_BANDWIDTH,
+        CROSSOVER,
+        BENEFICIAL,
+    ):
         _remove_matching(metric, namespace, name)

@@ -140,6 +140,7 @@ def test_nvme_tier_on_llmisvc_v1alpha2(admin_api: client.ApiClient, ns: str) -> 
             "targetRef": {"kind": "LLMInferenceService", "name": "nemotron-ultra"},
             "workload": STUDY,
             "disk": {"type": "NVMe", "nvme": {"pool": POOL, "size": "2Ti"}},
+            "probe": {"enabled": False},  # probing has tests of its own
         },
     )
     tier = wait_condition(admin_api, ns, "nemotron", "Ready", "True", "Applied", timeout=90)
@@ -230,6 +231,7 @@ def test_cephfs_tier_on_inference_service(admin_api: client.ApiClient, ns: str) 
             "workload": {"averageContextTokens": 50000, "concurrentSessions": 96},
             "cpu": {"size": "200Gi"},
             "disk": {"type": "CephFS", "cephfs": {"size": "2Ti"}},
+            "probe": {"enabled": False},
         },
     )
     tier = wait_condition(admin_api, ns, "llama", "Provisioned", "False", "ClaimPending")

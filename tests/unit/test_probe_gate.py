@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from kvtier.api.tier import ProbeResult
-from kvtier.probe import gate_tier
+from kvtier.policy.gate import gate_tier
 from kvtier.sizing import SizingError, assess_tier, crossover_tokens
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "fio"

@@ -483,6 +483,24 @@ class ProbeResult(KubeModel):
         description="True when the volume refused O_DIRECT and the probe fell back to "
         "buffered I/O (latencies are then optimistic).",
     )
+    generation: int | None = Field(
+        default=None,
+        ge=0,
+        description="The KVCacheTier generation the probe ran for; a newer spec re-probes.",
+    )
+    trigger: ShortText | None = Field(
+        default=None,
+        description="The kvcache.io/reprobe annotation value the probe answered.",
+    )
+    failures: int | None = Field(
+        default=None, ge=0, description="Failed probe attempts since the last success."
+    )
+    last_failure: ShortText | None = Field(
+        default=None, description="Why the last attempt failed, for people."
+    )
+    last_failure_time: datetime | None = Field(
+        default=None, description="When the last attempt failed (retries back off from it)."
+    )
 
 
 class TierStatus(KubeModel):

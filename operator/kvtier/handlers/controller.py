@@ -19,7 +19,7 @@ from kvtier.handlers.workqueue import WorkQueue
 from kvtier.kube.rest import Kube
 from kvtier.names import FIELD_MANAGER, FINALIZER
 from kvtier.policy.conditions import timestamp
-from kvtier.policy.decide import Decision, Event, Facts, decide
+from kvtier.policy.decide import DEFAULT_PROBE_IMAGE, Decision, Event, Facts, decide
 from kvtier.policy.provisioning import object_key, pending_writes, policy_writes, removal_writes
 from kvtier.render import DesiredWrite
 
@@ -63,8 +63,9 @@ POLICY_KEY: TierKey = ("", "KVCachePolicy")  # tiers always have a namespace
 class Controller:
     """Shared state of the running operator."""
 
-    def __init__(self, kube: Kube, workers: int = 4) -> None:
+    def __init__(self, kube: Kube, workers: int = 4, probe_image: str | None = None) -> None:
         self.kube = kube
+        self.probe_image = probe_image or DEFAULT_PROBE_IMAGE
         self.cache = Cache()
         self.queue: WorkQueue[TierKey] = WorkQueue()
         self.workers = workers
@@ -155,6 +156,7 @@ class Controller:
             nodes=list(self.cache.nodes.values()),
             now=datetime.now(UTC),
             owned=self.cache.owned_for(namespace, name),
+            probe_image=self.probe_image,
         )
         decision = decide(facts)
         finalizers = (tier.get("metadata") or {}).get("finalizers") or []
@@ -165,6 +167,8 @@ class Controller:
             self.queue.add_after(key, 1.0)  # observe what the writes produced
         elif decision.mode != "Apply" and FINALIZER in finalizers:
             await self._take_back(tier, deleting=False)  # Apply → Plan
+        if decision.mode == "Apply" and decision.probe is not None:
+            await self._probe(tier, decision)
         await self._write_status(tier, decision)
         metrics.observe_tier(namespace, name, tier, decision.status)
 
@@ -182,6 +186,35 @@ class Controller:
                 await asyncio.to_thread(self.kube.apply, w.body)
                 metrics.WRITES.labels("apply", w.kind).inc()
                 await self._event(tier, Event("Normal", "Applied", w.summary))
+
+    async def _probe(self, tier: Mapping[str, Any], decision: Decision) -> None:
+        """Start, collect and clean up the tier's fio probe Job as decided."""
+        step = decision.probe
+        assert step is not None
+        meta = tier["metadata"]
+        key = (meta["namespace"], meta["name"])
+        for name in step.delete:
+            await asyncio.to_thread(self.kube.delete, "batch/v1", "Job", name, meta["namespace"])
+            metrics.WRITES.labels("delete", "Job").inc()
+        if step.create is not None:
+            try:
+                await asyncio.to_thread(self.kube.create, step.create)
+                metrics.WRITES.labels("create", "Job").inc()
+                metrics.PROBE_RUNS.inc()
+                await self._event(
+                    tier,
+                    Event("Normal", "Probing", f"fio probe Job {step.create['metadata']['name']}"),
+                )
+            except ApiException as exc:
+                if exc.status != 409:  # already there: an earlier reconcile created it
+                    raise
+        if step.finished == "failed":
+            metrics.PROBE_FAILURES.inc()
+        if step.finished is not None and step.verdict is not None:
+            kind = "Normal" if step.finished == "succeeded" else "Warning"
+            await self._event(tier, Event(kind, step.verdict.reason, step.verdict.message))
+        if step.requeue_after is not None:
+            self.queue.add_after(key, step.requeue_after)
 
     async def _set_finalizer(self, tier: Mapping[str, Any], present: bool) -> None:
         meta = tier["metadata"]
@@ -217,7 +250,9 @@ class Controller:
         owned = self.cache.owned_for(namespace, name)
         target = self.cache.target_for(tier)
         retention = self._claim_retention(tier)
-        writes = removal_writes(target, owned.values(), delete_claims=retention == "Delete")
+        # Pods go with their Job; kvtier never deletes pods itself.
+        removable = [o for o in owned.values() if o.get("kind") != "Pod"]
+        writes = removal_writes(target, removable, delete_claims=retention == "Delete")
         observed = {**owned}
         if target is not None:
             observed[object_key(target)] = target

@@ -18,11 +18,13 @@ from kvtier.api.tier import GROUP, VERSION
 from kvtier.handlers.controller import POLICY_KEY, Controller
 from kvtier.handlers.leader import LeaderElector
 from kvtier.kube.rest import Kube, load_client
+from kvtier.render.probe_job import PROBE_TIER
 
 ENV_KUBECONFIG = "KVTIER_KUBECONFIG"
 ENV_WORKERS = "KVTIER_WORKERS"
 ENV_NAMESPACE = "KVTIER_NAMESPACE"  # where the leader-election Lease lives
 ENV_LEADER_ELECT = "KVTIER_LEADER_ELECT"
+ENV_IMAGE = "KVTIER_IMAGE"  # the operator's own image, which probe Jobs run
 
 
 def _controller(memo: kopf.Memo) -> Controller:
@@ -57,7 +59,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.watching.server_timeout = 600
     settings.networking.error_backoffs = [1, 2, 5, 10, 20, 30]
     kube = Kube(load_client(os.environ.get(ENV_KUBECONFIG)))
-    controller = Controller(kube, workers=int(os.environ.get(ENV_WORKERS, "4")))
+    controller = Controller(
+        kube,
+        workers=int(os.environ.get(ENV_WORKERS, "4")),
+        probe_image=os.environ.get(ENV_IMAGE),
+    )
     memo["controller"] = controller
     controller.start()
     if os.environ.get(ENV_LEADER_ELECT, "1") == "1":
@@ -188,6 +194,20 @@ async def volume_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event("", "v1", "persistentvolumeclaims", labels=MANAGED)
 async def claim_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     await _owned_event("PersistentVolumeClaim", event, memo)
+
+
+@kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
+async def job_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    controller = _controller(memo)
+    obj: dict[str, Any] = {**dict(event["object"]), "apiVersion": "batch/v1", "kind": "Job"}
+    key = controller.cache.set_owned(obj, deleted=event["type"] == "DELETED")
+    if key is not None:
+        controller.queue.add(key)
+
+
+@kopf.on.event("", "v1", "pods", labels={PROBE_TIER: kopf.PRESENT})
+async def probe_pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    await _owned_event("Pod", event, memo)
 
 
 logging.getLogger("kopf.objects").setLevel(logging.WARNING)

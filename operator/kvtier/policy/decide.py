@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
 from kvtier.api.common import quantity_bytes
-from kvtier.api.policy import KVCachePolicySpec
+from kvtier.api.policy import KVCachePolicySpec, NonBeneficialAction
 from kvtier.api.tier import ConditionType, DiskType, KVCacheTierSpec, Mode
-from kvtier.policy.conditions import FALSE, TRUE, Verdict, flipped, merge_conditions
+from kvtier.policy.conditions import FALSE, TRUE, UNKNOWN, Verdict, flipped, merge_conditions
 from kvtier.policy.effective import EffectiveSettings, effective_settings
+from kvtier.policy.gate import gate_tier
+from kvtier.policy.probing import ProbeStep, plan_probe
 from kvtier.policy.provisioning import (
     applied_verdict,
     disk_tier_status,
@@ -36,9 +38,12 @@ from kvtier.render import (
     prune_writes,
     render_writes,
 )
-from kvtier.render.nvme import recycle_released_volumes
+from kvtier.render.nvme import nvme_claim_spec, recycle_released_volumes
+from kvtier.render.probe_job import CephFSProbeVolume, NVMeProbeVolume
 from kvtier.sizing import SizingError, SizingInput, SizingPlan, plan, resolve_geometry
 
+DEFAULT_PROBE_IMAGE = "quay.io/kvtier/kvtier-operator:0.1.0"
+STORAGE_KINDS = ("PersistentVolume", "PersistentVolumeClaim")
 MAX_CONFIG_BYTES = 1024 * 1024  # a real config.json is a few KiB; refuse what cannot be one
 # SizingError.field → the KVCacheTier spec path it comes from.
 SPEC_PATHS = {
@@ -68,6 +73,7 @@ class Facts:
     now: datetime
     # Objects kvtier wrote for this tier (PVs, PVCs), keyed by (kind, namespace, name).
     owned: Mapping[tuple[str, str | None, str], Mapping[str, Any]] = field(default_factory=dict)
+    probe_image: str = DEFAULT_PROBE_IMAGE  # the operator's own image runs `kvtier probe`
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,7 @@ class Decision:
     desired: list[DesiredWrite] = field(default_factory=list)
     disk_status: dict[str, Any] = field(default_factory=dict)
     applied: bool = False  # the target carries the configuration (Apply mode)
+    probe: ProbeStep | None = None
 
 
 def _meta(obj: Mapping[str, Any], key: str) -> Any:
@@ -148,6 +155,18 @@ def _config_json(spec: KVCacheTierSpec, config_map: Mapping[str, Any] | None) ->
     return parsed
 
 
+def measured(prev_tiers: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Probe results in status, by sizing disk name (NVMe, CephFS, ObjectStore)."""
+    names = {v: k for k, v in DISK_TIER_NAMES.items()}
+    return {
+        names[t["name"]]: t["probe"]
+        for t in prev_tiers
+        if isinstance(t, Mapping)
+        and t.get("name") in names
+        and (t.get("probe") or {}).get("p99Seconds") is not None
+    }
+
+
 def _sizing_input(
     spec: KVCacheTierSpec,
     eff: EffectiveSettings,
@@ -155,6 +174,7 @@ def _sizing_input(
     place: Placement,
     config_map: Mapping[str, Any] | None,
     available: frozenset[str],
+    probes: Mapping[str, Mapping[str, Any]],
 ) -> SizingInput:
     model = spec.model
     geometry = None
@@ -197,6 +217,12 @@ def _sizing_input(
         available_disk_types=available,
         baseline_ttft_seconds=spec.probe.baseline_ttft_seconds if spec.probe else None,
         probe_runtime_seconds=eff.probe_runtime_seconds.value,
+        tier_p99_seconds={d: float(p["p99Seconds"]) for d, p in probes.items()},
+        tier_bandwidth_bytes_per_second={
+            d: float(p["bandwidthBytesPerSecond"])
+            for d, p in probes.items()
+            if p.get("bandwidthBytesPerSecond")
+        },
         object_store_options={}
         if disk is None or disk.object_store is None
         else {
@@ -274,6 +300,7 @@ def _status_tiers(
     previous: Sequence[Mapping[str, Any]],
     disk: Mapping[str, Any],
     applied: bool,
+    probe: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     old = {t.get("name"): t for t in previous if isinstance(t, Mapping)}
     tiers: list[dict[str, Any]] = [
@@ -289,9 +316,19 @@ def _status_tiers(
         for key in ("crossoverTokens", "restoreBlocksPerSecond", "beneficial"):
             if t.get(key) is not None:
                 entry[key] = t[key]
-        if "probe" in old.get(name, {}):
+        if probe is not None and name == DISK_TIER_NAMES.get(sp.disk or ""):
+            entry["probe"] = probe
+        elif "probe" in old.get(name, {}):
             entry["probe"] = old[name]["probe"]  # measurements outlive a re-plan
         tiers.append(entry)
+    listed = {t["name"] for t in tiers}
+    # A measured tier that is no longer chosen (dropped as not beneficial) keeps its numbers,
+    # so the next reconcile decides from them again instead of flip-flopping.
+    tiers += [
+        {"name": n, "ready": False, "beneficial": False, "probe": t["probe"]}
+        for n, t in old.items()
+        if n not in listed and isinstance(n, str) and "probe" in t
+    ]
     return tiers
 
 
@@ -381,7 +418,13 @@ def decide(facts: Facts) -> Decision:
         if flipped(previous, v)
     ]
     status["tiers"] = (
-        _status_tiers(decision.sizing, prev_tiers, decision.disk_status, decision.applied)
+        _status_tiers(
+            decision.sizing,
+            prev_tiers,
+            decision.disk_status,
+            decision.applied,
+            decision.probe.result if decision.probe else None,
+        )
         if decision.sizing
         else None
     )
@@ -399,8 +442,12 @@ def _size(
     place = placement(facts.nodes, target.node_selector, gpus)
     available = _available_disks(spec, eff, facts.nodes, place)
     try:
-        inp = _sizing_input(spec, eff, target, place, facts.config_map, available)
+        probes = measured((facts.tier.get("status") or {}).get("tiers") or [])
+        inp = _sizing_input(spec, eff, target, place, facts.config_map, available, probes)
         sp = plan(inp)
+        dropped = _drop_if_not_beneficial(sp, eff)
+        if dropped is not None:
+            sp = plan(replace(inp, disk_type="None"))
     except _Refusal as refusal:
         return [refusal.verdict]
     except SizingError as exc:
@@ -415,6 +462,8 @@ def _size(
     decision.sizing = sp
     status = decision.status
     render_verdicts = _render(decision, spec, eff, sp, target, facts)
+    if dropped is not None:
+        render_verdicts.append(dropped)
     status["sizing"] = sp.to_status()["sizing"]
     status["cpuTier"] = short_quantity(sp.sizing.cpu_bytes_to_use)
     status["diskTier"] = _disk_tier_text(sp, eff)
@@ -476,18 +525,135 @@ def _render(
     if facts.target is not None:
         t_meta = facts.target.get("metadata") or {}
         observed[(target.kind, t_meta.get("namespace"), str(t_meta.get("name")))] = facts.target
-    owned = list(facts.owned.values())
-    cleanup = [*prune_writes(ref, owned, tier_writes), *recycle_released_volumes(owned)]
+    storage = [
+        o
+        for o in facts.owned.values()
+        if o.get("kind") in STORAGE_KINDS and not _pod_owned(o)  # not a pod's ephemeral claim
+    ]
+    cleanup = [*prune_writes(ref, storage, tier_writes), *recycle_released_volumes(storage)]
     decision.writes = pending_writes([*cleanup, *tier_writes], observed)
     target_write = next((w for w in tier_writes if w.kind == target.kind), None)
     decision.disk_status = disk_tier_status(sp.disk, tier_writes, observed)
     applied = applied_verdict(target_write, facts.target)
     decision.applied = applied.ok
-    return [provisioned_verdict(sp.disk, tier_writes, observed), applied]
+    provisioned = provisioned_verdict(sp.disk, tier_writes, observed)
+    verdicts = [provisioned, applied]
+    if sp.disk in ("NVMe", "CephFS") and eff.probe_enabled.value:
+        decision.probe = _probe_step(ref, eff, sp, tier_writes, decision, provisioned.ok, facts)
+        if decision.probe.verdict is not None:
+            verdicts.append(decision.probe.verdict)
+    verdicts.extend(_beneficial(sp, spec, eff, decision, facts))
+    return verdicts
+
+
+def _pod_owned(obj: Mapping[str, Any]) -> bool:
+    return any(r.get("kind") == "Pod" for r in _meta(obj, "ownerReferences") or [])
+
+
+def _probe_step(
+    ref: TierRef,
+    eff: EffectiveSettings,
+    sp: SizingPlan,
+    tier_writes: Sequence[DesiredWrite],
+    decision: Decision,
+    provisioned: bool,
+    facts: Facts,
+) -> ProbeStep:
+    volume: NVMeProbeVolume | CephFSProbeVolume
+    if sp.disk == "NVMe" and eff.nvme_pool is not None:
+        pv = next(w for w in tier_writes if w.kind == "PersistentVolume")
+        capacity = quantity_bytes(pv.body["spec"]["capacity"]["storage"])
+        volume = NVMeProbeVolume(
+            nvme_claim_spec(ref, eff.nvme_pool, capacity), eff.nvme_pool.node_selector
+        )
+    else:
+        volume = CephFSProbeVolume(str(decision.disk_status.get("claimName", "")))
+    owned = list(facts.owned.values())
+    prev = next(
+        (
+            t.get("probe")
+            for t in (facts.tier.get("status") or {}).get("tiers") or []
+            if t.get("name") == DISK_TIER_NAMES[str(sp.disk)]
+        ),
+        None,
+    )
+    return plan_probe(
+        tier=ref,
+        generation=int(_meta(facts.tier, "generation") or 0),
+        annotations=_meta(facts.tier, "annotations") or {},
+        disk=str(sp.disk),
+        volume=volume,
+        provisioned=provisioned,
+        target=facts.target,
+        allow_while_serving=eff.probe_allow_while_serving.value,
+        previous=prev,
+        jobs=[o for o in owned if o.get("kind") == "Job"],
+        pods=[o for o in owned if o.get("kind") == "Pod"],
+        image=facts.probe_image,
+        block_bytes=sp.fio_block_size,
+        runtime_seconds=eff.probe_runtime_seconds.value,
+        now=facts.now,
+    )
+
+
+def _beneficial(
+    sp: SizingPlan,
+    spec: KVCacheTierSpec,
+    eff: EffectiveSettings,
+    decision: Decision,
+    facts: Facts,
+) -> list[Verdict]:
+    """TierBeneficial from the latest probe of the chosen disk tier (restore vs recompute)."""
+    if sp.disk is None:
+        return []
+    step = decision.probe
+    probe = (step.result if step and step.result else None) or measured(
+        (facts.tier.get("status") or {}).get("tiers") or []
+    ).get(sp.disk)
+    if not probe or probe.get("p99Seconds") is None:
+        return []
+    verdict = gate_tier(
+        probe,
+        sp.sizing.block_bytes,
+        spec.workload.average_context_tokens,
+        spec.probe.baseline_ttft_seconds if spec.probe else None,
+        sp.disk,
+        eff.object_store_max_p99_seconds.value,
+        block_tokens=sp.input.block_tokens,
+    )
+    if verdict.beneficial is None and not verdict.degraded:
+        return [
+            Verdict(ConditionType.TIER_BENEFICIAL.value, UNKNOWN, verdict.reason, verdict.message)
+        ]
+    ok = bool(verdict.beneficial) and not verdict.degraded
+    return [
+        Verdict(
+            ConditionType.TIER_BENEFICIAL.value,
+            TRUE if ok else FALSE,
+            verdict.reason,
+            verdict.message,
+        )
+    ]
+
+
+def _drop_if_not_beneficial(sp: SizingPlan, eff: EffectiveSettings) -> Verdict | None:
+    """With nonBeneficialTier: Drop, a measured tier that loses to recompute is left out."""
+    if sp.disk is None or eff.non_beneficial_tier.value != NonBeneficialAction.DROP:
+        return None
+    chosen = next((t for t in sp.tiers if t.name == sp.disk), None)
+    if chosen is None or chosen.beneficial is not False:
+        return None
+    return Verdict(
+        ConditionType.TIER_BENEFICIAL.value,
+        FALSE,
+        "Dropped",
+        f"{sp.disk} tier left out (KVCachePolicy nonBeneficialTier: Drop): {chosen.reason}",
+    )
 
 
 def _ready(verdicts: Sequence[Verdict], mode: str) -> Verdict:
-    failing = [v for v in verdicts if not v.ok]
+    # A tier that loses to recompute is kept with a warning (or dropped): it never blocks.
+    failing = [v for v in verdicts if not v.ok and v.type != ConditionType.TIER_BENEFICIAL]
     sized = any(v.type == ConditionType.SIZED.value and v.ok for v in verdicts)
     if failing:
         first = failing[0]

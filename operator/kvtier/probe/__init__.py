@@ -1,7 +1,7 @@
 """The storage probe: fio at the model's block size, its parsed result, and the tier gate.
 
 `run_probe(ProbeOptions(...))` → `FioResult` (`to_json()` is the termination message);
-`gate_tier(...)` → `TierVerdict` (restore vs recompute, object-store tail ceiling).
+The tier gate (restore vs recompute) is kvtier.policy.gate: a decision, not I/O.
 """
 
 from kvtier.probe.errors import ProbeEnvironmentError, ProbeError, ProbeInputError
@@ -20,7 +20,6 @@ from kvtier.probe.fio_runner import (
     probe_argv,
     run_probe,
 )
-from kvtier.probe.gate import TierVerdict, gate_tier
 
 __all__ = [
     "MAX_RESULT_BYTES",
@@ -30,11 +29,9 @@ __all__ = [
     "ProbeError",
     "ProbeInputError",
     "ProbeOptions",
-    "TierVerdict",
     "default_file_bytes",
     "direct_io_problem",
     "filesystem_type",
-    "gate_tier",
     "parse_fio_json",
     "probe_argv",
     "read_probe_result",
