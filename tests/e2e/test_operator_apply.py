@@ -208,8 +208,10 @@ def test_nvme_tier_on_llmisvc_v1alpha2(admin_api: client.ApiClient, ns: str) -> 
         bound[0].spec.node_affinity.required.node_selector_terms[0].match_expressions[0].values[0]
     )
     assert node_of_pv == pod.spec.node_name
-    reasons = {e.reason for e in events_for(admin_api, ns, "nemotron")}
-    assert "Applied" in reasons
+    eventually(
+        lambda: "Applied" in {e.reason for e in events_for(admin_api, ns, "nemotron")},
+        what="an Applied event",
+    )
 
 
 def test_cephfs_tier_on_inference_service(admin_api: client.ApiClient, ns: str) -> None:

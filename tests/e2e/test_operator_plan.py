@@ -133,8 +133,14 @@ def test_status_matches_the_sizing_engine(
     sized = {c["type"]: c for c in status["conditions"]}["Sized"]
     assert sized["status"] == "True" and str(status["sizing"]["bytesPerToken"]) in sized["message"]
     assert {e["field"]: e["source"] for e in status["effective"]}["mode"] == "Tier"
-    reasons = {e.reason for e in events_for(admin_api, ns, name)}
-    assert {"TargetFound", "Sized", "Planned"} <= reasons
+    # Events follow the status write that carried the decision.
+    eventually(
+        lambda: (
+            {"TargetFound", "Sized", "Planned"}
+            <= {e.reason for e in events_for(admin_api, ns, name)}
+        ),
+        what="Events for the decisions",
+    )
 
 
 def test_printer_columns_show_the_decision(cluster: LocalCluster, ns: str) -> None:
