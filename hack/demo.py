@@ -1,41 +1,255 @@
-"""The demo: bring up the local control plane and show the fake GPU fleet."""
+"""`make demo`: kvtier end to end on a local control plane with 8 fake H100 nodes.
+
+Installs the CRDs (kvtier's and stand-ins for KServe), the KVCachePolicy, three model
+servers and their KVCacheTiers from examples/, runs the operator under its restricted
+identity, plays the parts a real cluster would (a CephFS provisioner, and the kubelet that
+finishes a probe pod with a real `kvtier probe` run of fio on this machine's disk), then
+prints what kvtier decided. KVTIER_DEMO_KEEP=1 leaves everything running.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
 sys.path.insert(0, str(HERE / "localcluster"))
+sys.path.insert(0, str(REPO))
+
+from tests.e2e.operator_process import OperatorProcess  # noqa: E402
 
 from localcluster import LocalCluster, default_workdir  # noqa: E402
+
+NAMESPACE = "llm"
+
+
+def banner(text: str) -> None:
+    print(f"\n== {text} ==", flush=True)
+
+
+def get_json(cluster: LocalCluster, *args: str) -> Any:
+    return json.loads(cluster.kubectl("get", *args, "-o", "json"))
+
+
+def wait(what: str, check: Any, timeout: float = 90) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.5)
+    print(f"(gave up waiting for {what})")
+    return None
+
+
+def install(cluster: LocalCluster) -> None:
+    banner("Install CRDs, the KVCachePolicy, model servers and KVCacheTiers")
+    cluster.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "crds"))
+    cluster.kubectl("apply", "--server-side", "-f", str(REPO / "hack" / "crds"))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    cluster.kubectl("create", "namespace", NAMESPACE)
+    for path in [
+        "kvcachepolicy.yaml",
+        "targets",
+        "kvcachetier.yaml",
+        "kvcachetier-llama70b-nvme.yaml",
+        "kvcachetier-gptoss-cephfs.yaml",
+    ]:
+        print(cluster.kubectl("apply", "-f", str(REPO / "examples" / path)), end="")
+
+
+def play_cephfs_provisioner(cluster: LocalCluster) -> None:
+    """No Ceph here: bind each pending kvtier CephFS claim to a matching PV."""
+    claims = wait(
+        "the CephFS claim",
+        lambda: [
+            c
+            for c in get_json(cluster, "pvc", "-n", NAMESPACE)["items"]
+            if c["spec"].get("accessModes") == ["ReadWriteMany"]
+        ],
+    )
+    for claim in claims or []:
+        meta, spec = claim["metadata"], claim["spec"]
+        pv = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": f"demo-cephfs-{meta['name']}"},
+            "spec": {
+                "capacity": {"storage": spec["resources"]["requests"]["storage"]},
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": spec["storageClassName"],
+                "claimRef": {"namespace": NAMESPACE, "name": meta["name"]},
+                "csi": {
+                    "driver": "openshift-storage.cephfs.csi.ceph.com",
+                    "volumeHandle": meta["name"],
+                },
+            },
+        }
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(pv))
+        print(f"played the CephFS provisioner for claim {meta['name']}")
+
+
+def play_kubelet_for_probes(cluster: LocalCluster, scratch: Path, expected: int) -> None:
+    """Finish each probe pod with the result of a real fio run on this machine."""
+    pods = wait(
+        f"{expected} probe pods",
+        lambda: (
+            len(
+                found := get_json(cluster, "pods", "-n", NAMESPACE, "-l", "kvcache.io/probe-tier")[
+                    "items"
+                ]
+            )
+            >= expected
+            and found
+        ),
+        timeout=60,
+    )
+    for pod in pods or []:
+        command = pod["spec"]["containers"][0]["command"]
+        block = command[command.index("--block-bytes") + 1]
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kvtier",
+                "probe",
+                "--dir",
+                str(scratch),
+                "--block-bytes",
+                block,
+                "--runtime",
+                "2",
+                "--numjobs",
+                "4",
+                "--size",
+                str(4 * int(block)),
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        print(
+            f"fio on this machine for {pod['metadata']['name']} (block {block} B): "
+            f"{run.stdout.strip() or run.stderr.strip()}"
+        )
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        status = {
+            "status": {
+                "phase": "Succeeded" if run.returncode == 0 else "Failed",
+                "containerStatuses": [
+                    {
+                        "name": "probe",
+                        "image": "kvtier",
+                        "imageID": "",
+                        "ready": False,
+                        "restartCount": 0,
+                        "state": {
+                            "terminated": {
+                                "exitCode": run.returncode,
+                                "message": run.stdout.strip() or run.stderr.strip(),
+                                "startedAt": now,
+                                "finishedAt": now,
+                            }
+                        },
+                    }
+                ],
+            }
+        }
+        cluster.kubectl(
+            "patch",
+            "pod",
+            "-n",
+            NAMESPACE,
+            pod["metadata"]["name"],
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps(status),
+        )
+
+
+def report(cluster: LocalCluster) -> None:
+    banner("kubectl get kvt -n llm -o wide")
+    print(cluster.kubectl("get", "kvt", "-n", NAMESPACE, "-o", "wide"))
+    for name in ("nemotron", "llama70b", "gpt-oss"):
+        tier = get_json(cluster, "kvt", "-n", NAMESPACE, name)
+        status = tier.get("status") or {}
+        banner(f"KVCacheTier {name} ({tier['spec'].get('mode') or 'policy default mode'})")
+        for cond in status.get("conditions") or []:
+            print(f"  {cond['type']:<16} {cond['status']:<6} {cond['reason']}: {cond['message']}")
+        print("  sizing:", json.dumps(status.get("sizing")))
+        for t in status.get("tiers") or []:
+            print("  tier:", json.dumps(t))
+        print("  plan:")
+        for line in ((status.get("plan") or {}).get("summary") or "").splitlines():
+            print(f"    {line}")
+    banner("The patched InferenceService (Apply mode), as the model server will see it")
+    isvc = get_json(cluster, "inferenceservice", "-n", NAMESPACE, "llama-3-1-70b")
+    model = isvc["spec"]["predictor"]["model"]
+    print("  args:", json.dumps(model.get("args")))
+    print("  resources:", json.dumps(model.get("resources")))
+    print("  volumeMounts:", json.dumps(model.get("volumeMounts")))
 
 
 def main() -> int:
     keep = os.environ.get("KVTIER_DEMO_KEEP") == "1"
     cluster = LocalCluster(default_workdir())
     cluster.up()
+    scratch = Path(tempfile.mkdtemp(prefix="kvtier-demo-fio-"))  # fio needs a real disk
+    operator = OperatorProcess(cluster, cluster.workdir / "logs" / "operator.log")
     try:
-        print("\n== Fake GPU fleet (kwok nodes on a real kube-apiserver) ==")
+        banner("Fake GPU fleet (kwok nodes on a real kube-apiserver)")
         print(
             cluster.kubectl(
-                "get",
-                "nodes",
-                "-L",
-                "nvidia.com/gpu.product",
-                "-o",
-                "custom-columns=NAME:.metadata.name,READY:.status.conditions[?(@.type=='Ready')].status,"
-                "GPUS:.status.allocatable.nvidia\\.com/gpu,MEMORY:.status.allocatable.memory,"
-                "CPUS:.status.allocatable.cpu,PRODUCT:.metadata.labels.nvidia\\.com/gpu\\.product",
+                "get", "nodes", "-L", "nvidia.com/gpu.product", "-L", "kvcache.io/local-nvme"
             )
         )
-        print(cluster.kubectl("version"))
+        install(cluster)
+        banner("Run the operator as the restricted kvtier-operator ServiceAccount")
+        operator.start()
+        print(f"operator healthy; metrics on 127.0.0.1:{operator.metrics_port}")
+        play_cephfs_provisioner(cluster)
+        # The two Apply-mode tiers with a disk (NVMe, CephFS) are probed before serving.
+        play_kubelet_for_probes(cluster, scratch, expected=2)
+        wait(
+            "every tier to settle",
+            lambda: all(
+                any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in (t.get("status") or {}).get("conditions") or []
+                )
+                for t in get_json(cluster, "kvt", "-n", NAMESPACE)["items"]
+            ),
+            timeout=60,
+        )
+        report(cluster)
+        banner("Metrics (excerpt)")
+        print(
+            "\n".join(
+                line
+                for line in operator.metrics().splitlines()
+                if line.startswith(("kvtier_tier_", "kvtier_probe_p99", "kvtier_crossover"))
+            )
+        )
     finally:
+        shutil.rmtree(scratch, ignore_errors=True)
         if keep:
-            print(f"cluster kept running; KUBECONFIG={cluster.admin_kubeconfig}")
+            print(
+                f"\nkept running; KUBECONFIG={cluster.admin_kubeconfig}; operator pid "
+                f"{operator.proc.pid if operator.proc else '-'}"
+            )
         else:
+            operator.stop()
             cluster.down()
             shutil.rmtree(cluster.workdir, ignore_errors=True)
     return 0

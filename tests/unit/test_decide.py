@@ -257,3 +257,12 @@ def test_workqueue_dedupes_and_reruns_keys_changed_while_active() -> None:
         return seen
 
     assert asyncio.run(scenario()) == ["a", "b", "a"]
+
+
+def test_cpu_tier_above_the_node_share_is_a_policy_condition() -> None:
+    d = decide(facts(tier(cpu={"size": "1Ti"})))
+    c = conds(d.status)["PolicyCompliant"]
+    assert (c["status"], c["reason"]) == ("False", "CPUTierAboveLimit")
+    assert c["message"].startswith("spec.cpu.size: 1Ti is more than a model-server pod may take")
+    assert conds(d.status)["Ready"]["status"] == "False"
+    assert decide(facts(tier(cpu={"size": "500Gi"}))).status["conditions"][-1]["status"] == "True"

@@ -40,7 +40,14 @@ from kvtier.render import (
 )
 from kvtier.render.nvme import nvme_claim_spec, recycle_released_volumes
 from kvtier.render.probe_job import CephFSProbeVolume, NVMeProbeVolume
-from kvtier.sizing import SizingError, SizingInput, SizingPlan, plan, resolve_geometry
+from kvtier.sizing import (
+    SizingError,
+    SizingInput,
+    SizingPlan,
+    cpu_tier_cap,
+    plan,
+    resolve_geometry,
+)
 
 DEFAULT_PROBE_IMAGE = "quay.io/kvtier/kvtier-operator:0.1.0"
 STORAGE_KINDS = ("PersistentVolume", "PersistentVolumeClaim")
@@ -99,6 +106,7 @@ class Decision:
     disk_status: dict[str, Any] = field(default_factory=dict)
     applied: bool = False  # the target carries the configuration (Apply mode)
     probe: ProbeStep | None = None
+    policy_problems: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _meta(obj: Mapping[str, Any], key: str) -> Any:
@@ -264,9 +272,12 @@ def _pool_nodes(
 
 
 def _policy_verdict(
-    spec: KVCacheTierSpec, eff: EffectiveSettings, policy: KVCachePolicySpec | None
+    spec: KVCacheTierSpec,
+    eff: EffectiveSettings,
+    policy: KVCachePolicySpec | None,
+    problems: list[tuple[str, str]],
 ) -> Verdict:
-    problems: list[tuple[str, str]] = []
+    problems = list(problems)
     wanted = spec.disk.nvme.pool if spec.disk and spec.disk.nvme else None
     if wanted and eff.nvme_pool is None:
         defined = sorted(p.name for p in (policy.nvme_pools or [])) if policy else []
@@ -332,13 +343,16 @@ def _status_tiers(
     return tiers
 
 
-def _disk_tier_text(sp: SizingPlan, eff: EffectiveSettings) -> str:
+def _disk_tier_text(sp: SizingPlan, eff: EffectiveSettings, capacity: object) -> str:
     if sp.disk is None:
         return "None"
     if sp.disk == "NVMe" and eff.nvme_pool is not None:
         return f"NVMe ({eff.nvme_pool.name})"
     if sp.disk == "CephFS":
-        return f"CephFS {short_quantity(sp.sizing.working_set_bytes_all_replicas)}"
+        size = (
+            quantity_bytes(str(capacity)) if capacity else sp.sizing.working_set_bytes_all_replicas
+        )
+        return f"CephFS {short_quantity(size)}"
     return sp.disk
 
 
@@ -409,7 +423,7 @@ def decide(facts: Facts) -> Decision:
         )
         verdicts.extend(_size(decision, spec, eff, target, facts))
     if not any(v.type == ConditionType.POLICY_COMPLIANT.value for v in verdicts):
-        verdicts.append(_policy_verdict(spec, eff, policy))
+        verdicts.append(_policy_verdict(spec, eff, policy, decision.policy_problems))
     verdicts.append(_ready(verdicts, mode))
     status["conditions"] = merge_conditions(previous, verdicts, generation, facts.now)
     decision.events = [
@@ -445,6 +459,19 @@ def _size(
         probes = measured((facts.tier.get("status") or {}).get("tiers") or [])
         inp = _sizing_input(spec, eff, target, place, facts.config_map, available, probes)
         sp = plan(inp)
+        cap = cpu_tier_cap(inp)
+        if inp.cpu_bytes is not None and cap is not None and inp.cpu_bytes > cap:
+            decision.policy_problems.append(
+                (
+                    "CPUTierAboveLimit",
+                    f"spec.cpu.size: {short_quantity(inp.cpu_bytes)} is more than a model-server "
+                    f"pod may take here, {short_quantity(cap)} (memory.maxNodeFraction "
+                    f"{inp.max_node_memory_fraction} of "
+                    f"{short_quantity(inp.node_memory_bytes or 0)} node memory over "
+                    f"{inp.model_server_pods_per_node} pod(s), less headroom, "
+                    f"over overhead {inp.memory_overhead_factor})",
+                )
+            )
         dropped = _drop_if_not_beneficial(sp, eff)
         if dropped is not None:
             sp = plan(replace(inp, disk_type="None"))
@@ -466,7 +493,7 @@ def _size(
         render_verdicts.append(dropped)
     status["sizing"] = sp.to_status()["sizing"]
     status["cpuTier"] = short_quantity(sp.sizing.cpu_bytes_to_use)
-    status["diskTier"] = _disk_tier_text(sp, eff)
+    status["diskTier"] = _disk_tier_text(sp, eff, decision.disk_status.get("capacityQuantity"))
     fits = "fits" if sp.sizing.fits_in_cpu else "does not fit"
     where = (
         f"on {len(place.eligible_nodes)} eligible node(s)"
