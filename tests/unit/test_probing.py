@@ -1,0 +1,128 @@
+"""When the operator probes a tier, and how it reads the outcome (pure)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from kvtier.policy.probing import JOB_NAME, REPROBE_ANNOTATION, backoff, plan_probe
+from kvtier.render.labels import TierRef
+from kvtier.render.probe_job import PROBE_TIER, CephFSProbeVolume, probe_job_name
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+TIER = TierRef("llm", "llama", "uid-1")
+REAL = (Path(__file__).parents[1] / "fixtures" / "fio" / "kvtier-probe-real.json").read_text()
+
+
+def job(name: str, **status: Any) -> dict[str, Any]:
+    return {
+        "kind": "Job",
+        "metadata": {"name": name, "labels": {PROBE_TIER: TIER.id}},
+        "status": status,
+    }
+
+
+def pod(job_name: str, exit_code: int, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Pod",
+        "metadata": {"name": f"{job_name}-x", "labels": {JOB_NAME: job_name}},
+        "status": {
+            "containerStatuses": [
+                {"state": {"terminated": {"exitCode": exit_code, "message": message}}}
+            ]
+        },
+    }
+
+
+def step(**kw: Any) -> Any:
+    base: dict[str, Any] = {
+        "tier": TIER,
+        "generation": 2,
+        "annotations": {},
+        "disk": "CephFS",
+        "volume": CephFSProbeVolume("kvtier-llama-cephfs"),
+        "provisioned": True,
+        "target": {},
+        "allow_while_serving": False,
+        "previous": None,
+        "jobs": [],
+        "pods": [],
+        "image": "kvtier:test",
+        "block_bytes": 5242880,
+        "runtime_seconds": 60,
+        "now": NOW,
+    }
+    base.update(kw)
+    return plan_probe(**base)
+
+
+def test_first_probe_starts_a_job_on_the_shared_claim() -> None:
+    s = step()
+    assert s.create is not None and s.verdict.reason == "Probing"
+    assert s.create["metadata"]["name"] == probe_job_name(TIER, "CephFS", 2, 0)
+    volumes = s.create["spec"]["template"]["spec"]["volumes"]
+    assert volumes[0]["persistentVolumeClaim"]["claimName"] == "kvtier-llama-cephfs"
+
+
+def test_waits_for_storage_and_for_a_serving_target() -> None:
+    assert step(provisioned=False).create is None
+    serving = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    deferred = step(target=serving)
+    assert deferred.create is None and deferred.verdict.reason == "Serving"
+    assert "allowWhileServing" in deferred.verdict.message
+    assert step(target=serving, allow_while_serving=True).create is not None
+
+
+def test_never_two_probes_at_once() -> None:
+    older = job(probe_job_name(TIER, "CephFS", 1, 0))  # still running, earlier generation
+    s = step(jobs=[older])
+    assert s.create is None and s.verdict.reason == "Probing"
+
+
+def test_success_records_the_result_and_cleans_up() -> None:
+    name = probe_job_name(TIER, "CephFS", 2, 0)
+    s = step(jobs=[job(name, succeeded=1)], pods=[pod(name, 0, REAL)])
+    assert s.finished == "succeeded" and s.verdict.reason == "Measured"
+    assert s.result["p99Seconds"] == json.loads(REAL)["p99Seconds"]
+    assert s.result["generation"] == 2 and name in s.delete
+
+
+def test_up_to_date_result_means_nothing_to_do() -> None:
+    prev = {"p99Seconds": 0.01, "measuredAt": "2026-11-30T11:00:00Z", "generation": 2}
+    s = step(previous=prev)
+    assert s.create is None and s.verdict.status == "True"
+    again = step(previous=prev, annotations={REPROBE_ANNOTATION: "now"})
+    assert again.create is not None  # the annotation asks for a fresh measurement
+
+
+def test_failure_and_timeout_back_off_then_retry_under_a_new_name() -> None:
+    name = probe_job_name(TIER, "CephFS", 2, 0)
+    failed = step(jobs=[job(name, failed=1)], pods=[pod(name, 3, '{"error": "no O_DIRECT"}')])
+    assert failed.finished == "failed" and failed.result["failures"] == 1
+    assert "no O_DIRECT" in failed.result["lastFailure"] and failed.requeue_after == backoff(1)
+    hung = step(
+        jobs=[
+            job(
+                name,
+                conditions=[{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}],
+            )
+        ]
+    )
+    assert hung.verdict.reason == "ProbeTimedOut" and "DeadlineExceeded" in hung.verdict.message
+    waiting = step(previous=failed.result, now=NOW + timedelta(seconds=1))
+    assert waiting.create is None and waiting.requeue_after is not None
+    retry = step(previous=failed.result, now=NOW + timedelta(seconds=backoff(1) + 1))
+    assert retry.create["metadata"]["name"] == probe_job_name(TIER, "CephFS", 2, 1)
+
+
+def test_garbage_termination_message_is_a_failure_not_a_crash() -> None:
+    name = probe_job_name(TIER, "CephFS", 2, 0)
+    s = step(jobs=[job(name, succeeded=1)], pods=[pod(name, 0, "not json at all")])
+    assert s.finished == "failed" and s.verdict.reason == "ProbeFailed"
+
+
+def test_backoff_grows_and_is_capped() -> None:
+    assert backoff(1) < backoff(2) < backoff(3)
+    assert backoff(50) == backoff(60)
