@@ -289,7 +289,19 @@ class Controller:
                 )
                 observed[(w.kind, w.namespace, w.name)] = w.body
         for w in pending_writes(writes, observed):
-            await asyncio.to_thread(self.kube.apply, w.body)
+            # Never force onto a Ceph owner: another manager's pool list must not be taken.
+            force = w.kind not in ("StorageCluster", "CephFilesystem")
+            try:
+                await asyncio.to_thread(self.kube.apply, w.body, force=force)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                log.warning(
+                    "policy: %s not applied, another manager owns the field: %s",
+                    w.summary,
+                    exc.body,
+                )
+                continue
             metrics.WRITES.labels("apply", w.kind).inc()
             log.info("policy: %s", w.summary)
 

@@ -196,6 +196,22 @@ async def claim_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     await _owned_event("PersistentVolumeClaim", event, memo)
 
 
+async def _ceph_owner_event(event: kopf.RawEvent, memo: kopf.Memo) -> None:
+    # The replica-1 pool waits for its StorageCluster / CephFilesystem to exist.
+    if event["type"] in ("ADDED", None):
+        _controller(memo).queue.add(POLICY_KEY)
+
+
+@kopf.on.event("ocs.openshift.io", "v1", "storageclusters")
+async def storage_cluster_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    await _ceph_owner_event(event, memo)
+
+
+@kopf.on.event("ceph.rook.io", "v1", "cephfilesystems")
+async def ceph_filesystem_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    await _ceph_owner_event(event, memo)
+
+
 @kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
 async def job_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     controller = _controller(memo)
