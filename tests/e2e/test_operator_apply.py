@@ -489,3 +489,49 @@ def _exists(fn: Any) -> bool:
             return False
         raise
     return True
+
+
+def _cpu_only_tier(admin_api: client.ApiClient, ns: str, name: str) -> None:
+    create_target(admin_api, ns, llm_inference_service(name, tp=8, model_uri=NEMOTRON))
+    create_tier(
+        admin_api,
+        ns,
+        name,
+        {
+            "mode": "Apply",
+            "targetRef": {"kind": "LLMInferenceService", "name": name},
+            "workload": {"averageContextTokens": 20000, "concurrentSessions": 8},
+            "disk": {"type": "None"},
+        },
+    )
+    tier = wait_condition(admin_api, ns, name, "Ready", "True", "Applied", timeout=60)
+    assert "kvcache.io/cleanup" in tier["metadata"]["finalizers"]
+
+
+def test_removal_does_not_block_when_the_target_is_gone(
+    admin_api: client.ApiClient, ns: str
+) -> None:
+    _cpu_only_tier(admin_api, ns, "orphan")
+    _custom(admin_api).delete_namespaced_custom_object(
+        "serving.kserve.io", "v1alpha2", ns, "llminferenceservices", "orphan"
+    )
+    wait_condition(admin_api, ns, "orphan", "TargetFound", "False", "TargetNotFound")
+    _custom(admin_api).delete_namespaced_custom_object(
+        "kvcache.io", "v1alpha1", ns, "kvcachetiers", "orphan"
+    )
+    eventually(
+        lambda: not _exists(lambda: get_tier(admin_api, ns, "orphan")),
+        what="the tier gone although its target was",
+    )
+
+
+def test_namespace_deletion_completes(admin_api: client.ApiClient, ns: str) -> None:
+    doomed = new_namespace(admin_api, "doomed")
+    _cpu_only_tier(admin_api, doomed, "gone")
+    core = client.CoreV1Api(admin_api)
+    core.delete_namespace(doomed)
+    eventually(
+        lambda: not _exists(lambda: core.read_namespace(doomed)),
+        timeout=90,
+        what="the namespace with an Applied tier deleted",
+    )
