@@ -126,3 +126,14 @@ def test_garbage_termination_message_is_a_failure_not_a_crash() -> None:
 def test_backoff_grows_and_is_capped() -> None:
     assert backoff(1) < backoff(2) < backoff(3)
     assert backoff(50) == backoff(60)
+
+
+def test_policy_schedule_asks_for_a_fresh_probe() -> None:
+    prev = {"p99Seconds": 0.01, "measuredAt": "2026-11-29T02:00:00Z", "generation": 2}
+    weekly = "0 3 * * 0"  # Sundays 03:00: the next after Sun 29 Nov 02:00 is 03:00 that day
+    assert step(previous=prev, schedule=weekly).create is not None  # now is Mon 30 Nov
+    fresh = {**prev, "measuredAt": "2026-11-30T11:00:00Z"}
+    waiting = step(previous=fresh, schedule=weekly)
+    assert waiting.create is None
+    assert waiting.requeue_after == (datetime(2026, 12, 6, 3, tzinfo=UTC) - NOW).total_seconds()
+    assert step(previous=fresh, schedule="not a cron line").create is None

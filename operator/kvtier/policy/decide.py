@@ -620,6 +620,7 @@ def _probe_step(
         block_bytes=sp.fio_block_size,
         runtime_seconds=eff.probe_runtime_seconds.value,
         now=facts.now,
+        schedule=eff.probe_schedule.value,
     )
 
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from croniter import croniter
+
 from kvtier.api.tier import ConditionType
 from kvtier.policy.conditions import FALSE, TRUE, Verdict, timestamp
 from kvtier.render.labels import TierRef
@@ -43,6 +45,17 @@ class ProbeStep:
     delete: list[str] = field(default_factory=list)  # Jobs to delete (finished or stale)
     requeue_after: float | None = None
     finished: str | None = None  # "succeeded" | "failed", for metrics
+
+
+def next_scheduled(schedule: str | None, last: datetime | None) -> datetime | None:
+    """When the policy's cron schedule next asks for a probe after the last measurement."""
+    if not schedule or last is None:
+        return None
+    try:
+        due: datetime = croniter(schedule, last).get_next(datetime)
+    except (ValueError, KeyError):
+        return None  # admission checks the schedule; an odd one only disables re-probing
+    return due
 
 
 def backoff(failures: int) -> float:
@@ -97,15 +110,19 @@ def plan_probe(
     block_bytes: int,
     runtime_seconds: int,
     now: datetime,
+    schedule: str | None = None,
 ) -> ProbeStep:
     probed = ConditionType.PROBED.value
     trigger = annotations.get(REPROBE_ANNOTATION, "")
     prev = dict(previous or {})
     failures = int(prev.get("failures") or 0)
-    current = prev.get("measuredAt") is not None and (
-        prev.get("generation"),
-        prev.get("trigger") or "",
-    ) == (generation, trigger)
+    measured_at = _parse_time(prev.get("measuredAt"))
+    due = next_scheduled(schedule, measured_at)
+    current = (
+        measured_at is not None
+        and (prev.get("generation"), prev.get("trigger") or "") == (generation, trigger)
+        and (due is None or now < due)
+    )
     mine = [j for j in jobs if ((j.get("metadata") or {}).get("labels") or {}).get(PROBE_TIER)]
     wanted = probe_job_name(tier, disk, generation, failures)
     step = ProbeStep()
@@ -124,6 +141,8 @@ def plan_probe(
             f"at the model's block size (generation {generation})",
         )
         step.delete = [str(j["metadata"]["name"]) for j in mine]
+        if due is not None:
+            step.requeue_after = (due - now).total_seconds()  # the policy's next probe
         return step
     if not provisioned:
         step.verdict = Verdict(probed, FALSE, "WaitingForStorage", f"{disk} tier not provisioned")
