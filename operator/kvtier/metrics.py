@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -57,7 +58,13 @@ PROBE_RUNS = Counter("kvtier_probe_runs_total", "fio probe Jobs started.")
 PROBE_FAILURES = Counter("kvtier_probe_failures_total", "fio probes that failed or timed out.")
 LAST_ERROR = Gauge("kvtier_last_error_timestamp_seconds", "Unix time of the last failed reconcile.")
 
-_PER_TIER = (WORKING_SET, CPU_BYTES, FITS, READY)
+# The label sets each tier has set, so forgetting a tier touches only its own series.
+_SERIES: dict[tuple[str, str], list[tuple[Gauge, tuple[str, ...]]]] = {}
+
+
+def _set(metric: Gauge, labels: tuple[str, ...], value: float) -> None:
+    metric.labels(*labels).set(value)
+    _SERIES.setdefault((labels[0], labels[1]), []).append((metric, labels))
 
 
 def serve(port: int, addr: str = "0.0.0.0") -> None:
@@ -74,19 +81,20 @@ def observe_tier(
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in status.get("conditions") or []
     )
-    READY.labels(namespace, name).set(1 if ready else 0)
+    tier_labels = (namespace, name)
+    _set(READY, tier_labels, 1 if ready else 0)
     if sizing:
-        WORKING_SET.labels(namespace, name).set(sizing.get("workingSetBytes") or 0)
-        CPU_BYTES.labels(namespace, name).set(sizing.get("cpuBytesToUse") or 0)
-        FITS.labels(namespace, name).set(1 if sizing.get("fitsInCPU") else 0)
+        _set(WORKING_SET, tier_labels, sizing.get("workingSetBytes") or 0)
+        _set(CPU_BYTES, tier_labels, sizing.get("cpuBytesToUse") or 0)
+        _set(FITS, tier_labels, 1 if sizing.get("fitsInCPU") else 0)
     for t in status.get("tiers") or []:
         labels = (namespace, name, t["name"])
         if t.get("capacityBytes") is not None:
-            CAPACITY.labels(*labels).set(t["capacityBytes"])
+            _set(CAPACITY, labels, t["capacityBytes"])
         if t.get("crossoverTokens") is not None:
-            CROSSOVER.labels(*labels).set(t["crossoverTokens"])
+            _set(CROSSOVER, labels, t["crossoverTokens"])
         if t.get("beneficial") is not None:
-            BENEFICIAL.labels(*labels).set(1 if t["beneficial"] else 0)
+            _set(BENEFICIAL, labels, 1 if t["beneficial"] else 0)
         probe = t.get("probe") or {}
         for gauge, field in (
             (PROBE_P99, "p99Seconds"),
@@ -94,37 +102,23 @@ def observe_tier(
             (PROBE_BANDWIDTH, "bandwidthBytesPerSecond"),
         ):
             if probe.get(field) is not None:
-                gauge.labels(*labels).set(probe[field])
+                _set(gauge, labels, probe[field])
     spec = tier.get("spec") or {}
     ref = spec.get("targetRef") or {}
     mode = next((e["value"] for e in status.get("effective") or [] if e.get("field") == "mode"), "")
-    INFO.labels(
+    info = (
         namespace,
         name,
         sizing.get("topology") or "",
         mode,
         ref.get("kind", ""),
         ref.get("name", ""),
-    ).set(1)
-
-
-def _remove_matching(metric: Gauge, namespace: str, name: str) -> None:
-    # prometheus_client has no partial-label removal; walk the children it exposes.
-    for sample_labels in list(metric._metrics):
-        if sample_labels[:2] == (namespace, name):
-            metric.remove(*sample_labels)
+    )
+    _set(INFO, info, 1)
 
 
 def forget_tier(namespace: str, name: str) -> None:
     """Drop every series of a tier (deleted, or about to be re-set)."""
-    for metric in (
-        *_PER_TIER,
-        CAPACITY,
-        INFO,
-        PROBE_P99,
-        PROBE_P50,
-        PROBE_BANDWIDTH,
-        CROSSOVER,
-        BENEFICIAL,
-    ):
-        _remove_matching(metric, namespace, name)
+    for metric, labels in _SERIES.pop((namespace, name), []):
+        with contextlib.suppress(KeyError):
+            metric.remove(*labels)

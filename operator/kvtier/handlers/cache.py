@@ -53,28 +53,46 @@ class Cache:
         default_factory=dict
     )
 
+    # Reverse indexes, so a change wakes its tiers without scanning them all.
+    _by_target: dict[TargetKey, set[TierKey]] = field(default_factory=dict)
+    _by_configmap: dict[TierKey, set[TierKey]] = field(default_factory=dict)
+    _by_id: dict[str, TierKey] = field(default_factory=dict)
+    _refs: dict[TierKey, tuple[TargetKey, TierKey | None]] = field(default_factory=dict)
+
+    def set_tier(self, key: TierKey, tier: dict[str, Any]) -> None:
+        self.pop_tier(key, keep_object=True)
+        self.tiers[key] = tier
+        spec = tier.get("spec") or {}
+        ref = spec.get("targetRef") or {}
+        target = (str(ref.get("kind", "")), key[0], str(ref.get("name", "")))
+        cm_ref = (spec.get("model") or {}).get("configMapRef")
+        config_map = (key[0], str(cm_ref.get("name", ""))) if cm_ref else None
+        self._by_target.setdefault(target, set()).add(key)
+        if config_map is not None:
+            self._by_configmap.setdefault(config_map, set()).add(key)
+        self._by_id[tier_id(*key)] = key
+        self._refs[key] = (target, config_map)
+
+    def pop_tier(self, key: TierKey, keep_object: bool = False) -> None:
+        if not keep_object:
+            self.tiers.pop(key, None)
+            self._by_id.pop(tier_id(*key), None)
+        refs = self._refs.pop(key, None)
+        if refs is None:
+            return
+        target, config_map = refs
+        self._by_target.get(target, set()).discard(key)
+        if config_map is not None:
+            self._by_configmap.get(config_map, set()).discard(key)
+
     def tier_keys(self) -> list[TierKey]:
         return list(self.tiers)
 
     def tiers_for_target(self, kind: str, namespace: str, name: str) -> list[TierKey]:
-        return [
-            key
-            for key, tier in self.tiers.items()
-            if key[0] == namespace
-            and (ref := (tier.get("spec") or {}).get("targetRef") or {}).get("kind") == kind
-            and ref.get("name") == name
-        ]
+        return sorted(self._by_target.get((kind, namespace, name), ()))
 
     def tiers_for_configmap(self, namespace: str, name: str) -> list[TierKey]:
-        return [
-            key
-            for key, tier in self.tiers.items()
-            if key[0] == namespace
-            and (((tier.get("spec") or {}).get("model") or {}).get("configMapRef") or {}).get(
-                "name"
-            )
-            == name
-        ]
+        return sorted(self._by_configmap.get((namespace, name), ()))
 
     def set_target(self, key: TargetKey, api_version: str, obj: dict[str, Any]) -> None:
         self.targets.setdefault(key, {})[api_version] = obj
@@ -117,10 +135,23 @@ class Cache:
             objects.pop(key, None)
         else:
             objects[key] = obj
-        return next(
-            (k for k in self.tiers if tier_id(*k) == tid),
-            None,
-        )
+        return self._by_id.get(tid)
+
+    def remember_written(self, obj: dict[str, Any]) -> None:
+        """An object the operator just wrote, as the API returned it (fresher than the watch)."""
+        meta = _meta(obj)
+        kind = str(obj.get("kind"))
+        if kind in ("InferenceService", "LLMInferenceService"):
+            key = (kind, meta.get("namespace", ""), meta.get("name", ""))
+            # Versions served without conversion are one object: refresh every cached view.
+            for version in {*self.targets.get(key, {}), str(obj.get("apiVersion"))}:
+                self.set_target(key, version, {**obj, "apiVersion": version})
+        else:
+            self.set_owned(obj, deleted=False)
+
+    def forget_written(self, kind: str, namespace: str | None, name: str) -> None:
+        for objects in self.owned.values():
+            objects.pop((kind, namespace, name), None)
 
     def set_node(self, node: dict[str, Any]) -> bool:
         """Store a node; True when a fact sizing depends on changed."""

@@ -7,6 +7,7 @@ import logging
 import socket
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -58,6 +59,12 @@ def status_patch(
 
 
 POLICY_KEY: TierKey = ("", "KVCachePolicy")  # tiers always have a namespace
+
+
+def _writes_summary(writes: list[DesiredWrite]) -> str:
+    head = "; ".join(f"{w.action} {w.summary}" for w in writes[:3])
+    more = f" (+{len(writes) - 3} more)" if len(writes) > 3 else ""
+    return f"{len(writes)} write(s): {head}{more}"
 
 
 class Controller:
@@ -164,7 +171,15 @@ class Controller:
             if FINALIZER not in finalizers:
                 await self._set_finalizer(tier, present=True)
             await self._perform(tier, decision.writes)
-            self.queue.add_after(key, 1.0)  # observe what the writes produced
+            # The API returned what it now holds: decide again from that, so one status
+            # write reports the result instead of a second pass after the watch catches up.
+            facts = replace(
+                facts,
+                tier=self.cache.tiers.get(key, tier),
+                target=self.cache.target_for(tier),
+                owned=self.cache.owned_for(namespace, name),
+            )
+            decision = decide(facts)
         elif decision.mode != "Apply" and FINALIZER in finalizers:
             await self._take_back(tier, deleting=False)  # Apply → Plan
         if decision.mode == "Apply" and decision.probe is not None:
@@ -174,18 +189,26 @@ class Controller:
 
     async def _perform(self, tier: Mapping[str, Any], writes: list[DesiredWrite]) -> None:
         """Apply or delete in order; stop at the first failure (the retry starts over, and
-        the target patch comes last, so a model server never points at missing storage)."""
-        for w in writes:
-            if w.action == "Delete":
-                await asyncio.to_thread(
-                    self.kube.delete, w.api_version, w.kind, w.name, w.namespace
-                )
-                metrics.WRITES.labels("delete", w.kind).inc()
-                await self._event(tier, Event("Normal", "Deleted", w.summary))
-            else:
-                await asyncio.to_thread(self.kube.apply, w.body)
-                metrics.WRITES.labels("apply", w.kind).inc()
-                await self._event(tier, Event("Normal", "Applied", w.summary))
+        the target patch comes last, so a model server never points at missing storage).
+        One Event tells what was written."""
+        done: list[DesiredWrite] = []
+        try:
+            for w in writes:
+                if w.action == "Delete":
+                    await asyncio.to_thread(
+                        self.kube.delete, w.api_version, w.kind, w.name, w.namespace
+                    )
+                    metrics.WRITES.labels("delete", w.kind).inc()
+                    self.cache.forget_written(w.kind, w.namespace, w.name)
+                else:
+                    written = await asyncio.to_thread(self.kube.apply, w.body)
+                    metrics.WRITES.labels("apply", w.kind).inc()
+                    if written:
+                        self.cache.remember_written(written)
+                done.append(w)
+        finally:
+            if done:
+                await self._event(tier, Event("Normal", "Applied", _writes_summary(done)))
 
     async def _probe(self, tier: Mapping[str, Any], decision: Decision) -> None:
         """Start, collect and clean up the tier's fio probe Job as decided."""
@@ -237,7 +260,7 @@ class Controller:
         metrics.WRITES.labels("apply", "KVCacheTier").inc()
         key = (meta["namespace"], meta["name"])
         if updated and key in self.cache.tiers:
-            self.cache.tiers[key] = updated  # fresher than the watch, as after status writes
+            self.cache.set_tier(key, updated)  # fresher than the watch, as after status writes
 
     async def _take_back(self, tier: Mapping[str, Any], deleting: bool) -> None:
         """Remove exactly what kvtier applied: the target's fields, owned storage (unless
@@ -324,7 +347,7 @@ class Controller:
         # cache the watch has not caught up with yet.
         key = (meta["namespace"], meta["name"])
         if updated and key in self.cache.tiers:
-            self.cache.tiers[key] = updated
+            self.cache.set_tier(key, updated)
         for event in decision.events:
             await self._event(updated or tier, event)
 

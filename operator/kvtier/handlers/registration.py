@@ -94,12 +94,12 @@ async def tier_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     meta = obj.get("metadata") or {}
     key = (meta.get("namespace", ""), meta.get("name", ""))
     if event["type"] == "DELETED":
-        controller.cache.tiers.pop(key, None)
+        controller.cache.pop_tier(key)
     else:
         cached = controller.cache.tiers.get(key)
         # Our own status write may already be newer than this (lagging) event.
         if cached is None or _rv(obj) >= _rv(cached):
-            controller.cache.tiers[key] = obj
+            controller.cache.set_tier(key, obj)
     controller.queue.add(key)
 
 

@@ -429,7 +429,7 @@ def decide(facts: Facts) -> Decision:
     decision.events = [
         Event("Normal" if v.ok else "Warning", v.reason, v.message)
         for v in verdicts
-        if flipped(previous, v)
+        if flipped(previous, v) and _newsworthy(previous, v)
     ]
     status["tiers"] = (
         _status_tiers(
@@ -677,6 +677,13 @@ def _drop_if_not_beneficial(sp: SizingPlan, eff: EffectiveSettings) -> Verdict |
         "Dropped",
         f"{sp.disk} tier left out (KVCachePolicy nonBeneficialTier: Drop): {chosen.reason}",
     )
+
+
+def _newsworthy(previous: Sequence[Mapping[str, Any]], v: Verdict) -> bool:
+    """Events tell a person what changed, not every first fact: a new tier gets one for its
+    Ready state plus one per problem; a later change of any condition gets its own."""
+    seen = any(c.get("type") == v.type for c in previous)
+    return seen or not v.ok or v.type == ConditionType.READY
 
 
 def _ready(verdicts: Sequence[Verdict], mode: str) -> Verdict:

@@ -1,0 +1,54 @@
+"""The operator's watch cache: reverse indexes follow the tiers; metrics forget exactly a tier."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import REGISTRY
+
+from kvtier import metrics
+from kvtier.handlers.cache import Cache
+from kvtier.render.naming import tier_id
+
+
+def tier(target: str, config_map: str | None = None) -> dict[str, Any]:
+    model = {"configMapRef": {"name": config_map, "key": "config.json"}} if config_map else {}
+    return {"spec": {"targetRef": {"kind": "InferenceService", "name": target}, "model": model}}
+
+
+def test_indexes_follow_tier_changes() -> None:
+    cache = Cache()
+    cache.set_tier(("a", "t1"), tier("llama", "cfg"))
+    cache.set_tier(("a", "t2"), tier("llama"))
+    cache.set_tier(("b", "t3"), tier("llama"))
+    assert cache.tiers_for_target("InferenceService", "a", "llama") == [("a", "t1"), ("a", "t2")]
+    assert cache.tiers_for_configmap("a", "cfg") == [("a", "t1")]
+    cache.set_tier(("a", "t1"), tier("other"))  # retargeted: the old entries go
+    assert cache.tiers_for_target("InferenceService", "a", "llama") == [("a", "t2")]
+    assert cache.tiers_for_configmap("a", "cfg") == []
+    cache.pop_tier(("a", "t2"))
+    assert cache.tiers_for_target("InferenceService", "a", "llama") == []
+    owned = {
+        "kind": "PersistentVolume",
+        "metadata": {"name": "pv", "labels": {"kvcache.io/tier-id": tier_id("b", "t3")}},
+    }
+    assert cache.set_owned(owned, deleted=False) == ("b", "t3")
+    assert cache.owned_for("b", "t3") == {("PersistentVolume", None, "pv"): owned}
+
+
+def test_metrics_forget_only_the_tier() -> None:
+    status = {
+        "sizing": {"workingSetBytes": 10, "cpuBytesToUse": 5, "fitsInCPU": False},
+        "tiers": [{"name": "nvme", "capacityBytes": 7, "probe": {"p99Seconds": 0.01}}],
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
+    metrics.observe_tier("ns", "keep", tier("x"), status)
+    metrics.observe_tier("ns", "drop", tier("y"), status)
+    metrics.forget_tier("ns", "drop")
+    value = REGISTRY.get_sample_value
+    assert (
+        value("kvtier_probe_p99_seconds", {"namespace": "ns", "name": "keep", "tier": "nvme"})
+        == 0.01
+    )
+    assert value("kvtier_tier_working_set_bytes", {"namespace": "ns", "name": "drop"}) is None
+    assert value("kvtier_tier_ready", {"namespace": "ns", "name": "keep"}) == 1
