@@ -1,0 +1,717 @@
+"""Convergence benchmark: time until N KVCacheTiers are Ready, against floors of the same run.
+
+For each mode (Plan, Apply) and size N a fresh local control plane (kwok GPU fleet) gets the
+kvtier CRDs, the stand-in KServe CRDs, a KVCachePolicy, and in one namespace N model-server
+targets with N tiers. Then, one after the other (never two at once):
+
+1. ``kvtier operator`` under the restricted operator identity: seconds from process start
+   until a LIST shows every tier Ready=True; then the writes of an idle minute;
+2. floor (a): a bare script (bench/floor_writes.py) in a fresh namespace with the same
+   targets and tiers, doing the minimum writes per tier the operator's result needs (status
+   patch; in Apply mode also the finalizer apply, the owned objects and the target apply),
+   with the same bodies the operator wrote and the operator's concurrency;
+3. floor (b): a minimal kopf operator (bench/minimal_kopf.py) in a fresh namespace that only
+   writes one status field per tier.
+
+Every time is measured the same way: from spawning the process to the LIST that first shows
+all N tiers Ready. Writes come from the API server's audit log (writes only, metadata level),
+attributed to the operator identity by time window; reads are not in the audit log and are
+left out. Peak RSS is VmHWM from /proc. Ratios are operator / floor.
+
+    python bench/convergence.py [--sizes 50,200,500] [--modes Plan,Apply] [--quick]
+                                [--write-docs] [--profile DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "hack" / "localcluster"))
+sys.path.insert(0, str(REPO))
+
+from tests.e2e.operator_process import OperatorProcess  # noqa: E402
+
+from kvtier.kube.rest import Kube, load_client  # noqa: E402
+from kvtier.names import FINALIZER  # noqa: E402
+from localcluster import LocalCluster  # noqa: E402
+
+OPERATOR_USER = "system:serviceaccount:kvtier-system:kvtier-operator"
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+TIER_API = "kvcache.io/v1alpha1"
+POOL = "local-nvme"
+POLICY: dict[str, Any] = {
+    "nvmePools": [
+        {
+            "name": POOL,
+            "mountPath": "/var/mnt/nvme",
+            "nodeSelector": {"kvcache.io/local-nvme": "true"},
+            "capacityPerNode": "3Ti",
+            "volumeSource": "HostPath",
+        }
+    ],
+    "cephfs": {"storageClassName": "ocs-storagecluster-cephfs"},
+}
+SETTLE_SECONDS = 5.0  # after all Ready: late writes still count as convergence
+DOCS = REPO / "docs" / "performance.md"
+MIX = (
+    "targets alternate LLMInferenceService v1alpha2 (gpt-oss-120b, TP 2) and InferenceService "
+    "v1beta1 (Llama-3.1-70B, TP 4); tiers are CPU-only (`disk: {type: None}`, 20k-token "
+    "contexts × 8 sessions) except every 10th, an NVMe tier (pool `local-nvme`, hostPath PVs, "
+    "1Ti) on an LLMInferenceService; Plan mode uses the same tiers with `mode: Plan`; 8 kwok "
+    "H100 nodes"
+)
+
+
+# ------------------------------------------------------------------ workload
+
+
+def target_body(index: int) -> dict[str, Any]:
+    """Target `index`: even ones are LLMInferenceService v1alpha2, odd ones InferenceService."""
+    name = f"model-{index}"
+    if index % 2 == 0:
+        return {
+            "apiVersion": "serving.kserve.io/v1alpha2",
+            "kind": "LLMInferenceService",
+            "metadata": {"name": name},
+            "spec": {
+                "model": {"uri": "hf://openai/gpt-oss-120b"},
+                "replicas": 1,
+                "parallelism": {"tensor": 2},
+                "template": {
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "vllm/vllm-openai:v0.24.0",
+                            "resources": {
+                                "limits": {"nvidia.com/gpu": "2", "memory": "256Gi"},
+                                "requests": {"nvidia.com/gpu": "2", "memory": "256Gi"},
+                            },
+                        }
+                    ]
+                },
+            },
+        }
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"name": name},
+        "spec": {
+            "predictor": {
+                "minReplicas": 1,
+                "model": {
+                    "modelFormat": {"name": "vLLM"},
+                    "storageUri": "hf://meta-llama/Llama-3.1-70B-Instruct",
+                    "args": ["--tensor-parallel-size", "4", "--max-model-len", "131072"],
+                    "resources": {"limits": {"nvidia.com/gpu": "4", "memory": "256Gi"}},
+                },
+            }
+        },
+    }
+
+
+def is_nvme(index: int) -> bool:
+    return index % 10 == 0  # even, so always an LLMInferenceService
+
+
+def tier_body(index: int, mode: str) -> dict[str, Any]:
+    target = target_body(index)
+    spec: dict[str, Any] = {
+        "mode": mode,
+        "targetRef": {"kind": target["kind"], "name": target["metadata"]["name"]},
+        "workload": {"averageContextTokens": 20000, "concurrentSessions": 8},
+        "disk": {"type": "None"},
+    }
+    if is_nvme(index):
+        spec["workload"] = {"averageContextTokens": 50000, "concurrentSessions": 64}
+        spec["disk"] = {"type": "NVMe", "nvme": {"pool": POOL, "size": "1Ti"}}
+    return {
+        "apiVersion": TIER_API,
+        "kind": "KVCacheTier",
+        "metadata": {"name": f"tier-{index}"},
+        "spec": spec,
+    }
+
+
+def populate(kube: Kube, namespace: str, count: int, mode: str) -> None:
+    """A namespace with `count` targets and their tiers (created by the admin, 8 at a time)."""
+    kube.request(
+        "POST",
+        "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+    )
+
+    def one(i: int) -> None:
+        for body in (target_body(i), tier_body(i, mode)):
+            body["metadata"]["namespace"] = namespace
+            kube.create(body)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(one, range(count)))
+
+
+# ------------------------------------------------------------------ pure helpers
+
+
+def is_ready(tier: Mapping[str, Any]) -> bool:
+    conditions = (tier.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    at: float  # epoch seconds (stageTimestamp)
+    user: str
+    verb: str
+    resource: str  # resource[/subresource]
+    namespace: str
+
+
+def parse_audit(lines: Iterable[str]) -> list[AuditEntry]:
+    """Completed write requests from JSON audit lines (others and junk are skipped)."""
+    out = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("stage") != "ResponseComplete" or entry.get("verb") not in WRITE_VERBS:
+            continue
+        ref = entry.get("objectRef") or {}
+        resource = str(ref.get("resource", ""))
+        if ref.get("subresource"):
+            resource += "/" + ref["subresource"]
+        try:
+            at = datetime.fromisoformat(entry["stageTimestamp"].replace("Z", "+00:00"))
+        except (KeyError, ValueError):
+            continue
+        out.append(
+            AuditEntry(
+                at=at.timestamp(),
+                user=str((entry.get("user") or {}).get("username", "")),
+                verb=str(entry["verb"]),
+                resource=resource,
+                namespace=str(ref.get("namespace", "")),
+            )
+        )
+    return out
+
+
+def count_writes(
+    entries: Iterable[AuditEntry], user: str, start: float, end: float
+) -> Counter[tuple[str, str]]:
+    """(verb, resource) → count of `user`'s writes with start <= time < end."""
+    return Counter((e.verb, e.resource) for e in entries if e.user == user and start <= e.at < end)
+
+
+def per_tier(counts: Mapping[tuple[str, str], int], tiers: int) -> str:
+    """'patch kvcachetiers/status 2.00, create events 4.10' — writes per tier, largest first."""
+    items = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return ", ".join(f"{verb} {res} {n / tiers:.2f}" for (verb, res), n in items) or "none"
+
+
+def by_verb(counts: Mapping[tuple[str, str], int], tiers: int) -> dict[str, float]:
+    verbs: Counter[str] = Counter()
+    for (verb, _), n in counts.items():
+        verbs[verb] += n
+    return {verb: n / tiers for verb, n in sorted(verbs.items())}
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}×" if b > 0 else "n/a"
+
+
+def floor_writes_for(tier: Mapping[str, Any], namespace: str, mode: str) -> list[dict[str, Any]]:
+    """The minimum writes that give a fresh copy of `tier` (in `namespace`) the operator's
+    result: in Apply mode the finalizer, the tier's objects and the target patch (bodies from
+    status.plan.actions, moved to `namespace`; PersistentVolumes renamed, they are cluster-
+    scoped), then the status the operator wrote."""
+    name = tier["metadata"]["name"]
+    status = tier.get("status") or {}
+    writes: list[dict[str, Any]] = []
+    if mode == "Apply":
+        if FINALIZER in (tier["metadata"].get("finalizers") or []):
+            writes.append(
+                {
+                    "op": "apply",
+                    "body": {
+                        "apiVersion": TIER_API,
+                        "kind": "KVCacheTier",
+                        "metadata": {
+                            "name": name,
+                            "namespace": namespace,
+                            "finalizers": [FINALIZER],
+                        },
+                    },
+                }
+            )
+        for action in (status.get("plan") or {}).get("actions") or []:
+            if action.get("action") != "Apply":
+                continue
+            body = json.loads(json.dumps(action["body"]))
+            meta = body.setdefault("metadata", {})
+            if "namespace" in meta:
+                meta["namespace"] = namespace
+            elif action.get("kind") == "PersistentVolume":
+                meta["name"] = f"floor-{meta['name']}"[:253]
+            elif action.get("kind") == "StorageClass":
+                continue  # once per policy, already there; not a per-tier write
+            writes.append({"op": "apply", "body": body})
+    writes.append({"op": "status", "namespace": namespace, "name": name, "status": status})
+    return writes
+
+
+# ------------------------------------------------------------------ measuring
+
+
+@dataclass
+class Phase:
+    seconds: float = 0.0
+    writes: Counter[tuple[str, str]] = field(default_factory=Counter)
+    idle_per_minute: float | None = None  # writes other than the leader lease's renewals
+    peak_rss_bytes: int | None = None
+    lease_per_minute: float | None = None
+
+
+@dataclass
+class Run:
+    mode: str
+    size: int
+    operator: Phase
+    floor: Phase
+    kopf: Phase
+    nvme: int
+
+
+class Bench:
+    def __init__(self, cluster: LocalCluster, workdir: Path) -> None:
+        self.cluster = cluster
+        self.workdir = workdir
+        self.admin = Kube(load_client(str(cluster.admin_kubeconfig)))
+        self._audit_offset = 0
+        self._audit: list[AuditEntry] = []
+
+    def audit(self) -> list[AuditEntry]:
+        """Everything written so far (read incrementally)."""
+        path = self.cluster.audit_log
+        if path.exists():
+            with path.open() as f:
+                f.seek(self._audit_offset)
+                chunk = f.read()
+            complete, _, _ = chunk.rpartition("\n")
+            self._audit_offset += len(complete.encode()) + (1 if complete else 0)
+            self._audit.extend(parse_audit(complete.splitlines()))
+        return self._audit
+
+    def ready_count(self, namespace: str) -> int:
+        tiers = self.admin.list(TIER_API, "KVCacheTier", namespace)
+        return sum(1 for t in tiers if is_ready(t))
+
+    def wait_ready(
+        self, namespace: str, count: int, started: float, alive: Callable[[], bool]
+    ) -> float:
+        """Seconds from `started` (monotonic) to the LIST that shows all `count` Ready."""
+        interval = 0.25 if count <= 200 else 0.5
+        deadline = started + 60 + count * 3.0
+        ready = 0
+        while time.monotonic() < deadline:
+            ready = self.ready_count(namespace)
+            if ready >= count:
+                return time.monotonic() - started
+            if not alive():
+                raise RuntimeError(f"process exited with {ready}/{count} tiers Ready")
+            time.sleep(interval)
+        raise RuntimeError(f"{namespace}: only {ready}/{count} tiers Ready in time")
+
+    def run_operator(
+        self, mode: str, size: int, idle_seconds: float, profile: Path | None, py_spy: str | None
+    ) -> Phase:
+        namespace = "bench-operator"
+        populate(self.admin, namespace, size, mode)
+        log = self.workdir / f"operator-{mode}-{size}.log"
+        proc = OperatorProcess(self.cluster, log)
+        wall0, t0 = time.time(), time.monotonic()
+        proc.start()
+        assert proc.proc is not None
+        pid = proc.proc.pid
+        spy = _start_py_spy(py_spy, pid, profile) if profile else None
+        try:
+            seconds = self.wait_ready(
+                namespace, size, t0, lambda: proc.proc is not None and proc.proc.poll() is None
+            )
+            if spy is not None:
+                _stop_py_spy(spy)
+            ready_wall = wall0 + seconds
+            time.sleep(SETTLE_SECONDS + idle_seconds)
+            rss = peak_rss(pid)
+            if proc.proc.poll() is not None:
+                raise RuntimeError(f"operator exited during the idle window; see {log}")
+        finally:
+            if spy is not None and spy.poll() is None:
+                _stop_py_spy(spy)
+            proc.stop()
+        entries = self.audit()
+        writes = count_writes(entries, OPERATOR_USER, wall0, ready_wall + SETTLE_SECONDS)
+        idle = count_writes(
+            entries,
+            OPERATOR_USER,
+            ready_wall + SETTLE_SECONDS,
+            ready_wall + SETTLE_SECONDS + idle_seconds,
+        )
+        leases = sum(n for (_, res), n in idle.items() if res == "leases")
+        other = sum(idle.values()) - leases
+        return Phase(
+            seconds, writes, other * 60.0 / idle_seconds, rss, leases * 60.0 / idle_seconds
+        )
+
+    def run_floor(self, mode: str, size: int, workers: int) -> Phase:
+        source = {
+            t["metadata"]["name"]: t
+            for t in self.admin.list(TIER_API, "KVCacheTier", "bench-operator")
+        }
+        namespace = "bench-floor"
+        populate(self.admin, namespace, size, mode)
+        plan = {
+            "workers": workers,
+            "tiers": [floor_writes_for(source[f"tier-{i}"], namespace, mode) for i in range(size)],
+        }
+        plan_file = self.workdir / f"floor-{mode}-{size}.json"
+        plan_file.write_text(json.dumps(plan))
+        return self._timed(
+            [
+                sys.executable,
+                str(REPO / "bench" / "floor_writes.py"),
+                f"--kubeconfig={self.cluster.operator_kubeconfig}",
+                f"--plan={plan_file}",
+            ],
+            namespace,
+            size,
+            wait_exit=True,
+        )
+
+    def run_kopf(self, mode: str, size: int) -> Phase:
+        namespace = "bench-kopf"
+        populate(self.admin, namespace, size, mode)
+        return self._timed(
+            [
+                sys.executable,
+                "-m",
+                "kopf",
+                "run",
+                "--standalone",
+                f"--namespace={namespace}",
+                "--quiet",
+                str(REPO / "bench" / "minimal_kopf.py"),
+            ],
+            namespace,
+            size,
+            wait_exit=False,
+        )
+
+    def _timed(self, argv: list[str], namespace: str, size: int, wait_exit: bool) -> Phase:
+        log = (self.workdir / f"{namespace}.log").open("ab")
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.cluster.operator_kubeconfig),
+            "PYTHONPATH": str(REPO / "operator"),
+            "PYTHONUNBUFFERED": "1",
+        }
+        wall0, t0 = time.time(), time.monotonic()
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        log.close()
+        try:
+            seconds = self.wait_ready(namespace, size, t0, lambda: wait_exit or proc.poll() is None)
+            rss = peak_rss(proc.pid)
+            if wait_exit:
+                proc.wait(timeout=120)
+        finally:
+            _stop(proc)
+        time.sleep(SETTLE_SECONDS)
+        writes = count_writes(self.audit(), OPERATOR_USER, wall0, wall0 + seconds + SETTLE_SECONDS)
+        return Phase(seconds, writes, None, rss)
+
+
+def peak_rss(pid: int) -> int | None:
+    """VmHWM of a live process, in bytes."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+def _start_py_spy(py_spy: str | None, pid: int, out_dir: Path | None) -> subprocess.Popen[bytes]:
+    assert py_spy and out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [
+            py_spy,
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            "100",
+            "--format",
+            "raw",
+            "--output",
+            str(out_dir / "operator.collapsed"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _stop_py_spy(spy: subprocess.Popen[bytes]) -> None:
+    spy.send_signal(signal.SIGINT)
+    try:
+        spy.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        spy.kill()
+        spy.wait(timeout=10)
+
+
+def summarize_profile(collapsed: Path, top: int = 25) -> str:
+    """Self and inclusive sample shares per function from py-spy's collapsed stacks."""
+    own: Counter[str] = Counter()
+    incl: Counter[str] = Counter()
+    total = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        count = int(n)
+        frames = stack.split(";")
+        total += count
+        own[frames[-1]] += count
+        for frame in set(frames):
+            incl[frame] += count
+    if not total:
+        return "no samples"
+    lines = [f"{total} samples (100 Hz, non-idle)", "", "self:"]
+    lines += [f"  {n / total:6.1%}  {f}" for f, n in own.most_common(top)]
+    lines += ["", "inclusive:"]
+    lines += [f"  {n / total:6.1%}  {f}" for f, n in incl.most_common(top * 2)]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ driver
+
+
+def install(cluster: LocalCluster, admin: Kube) -> None:
+    cluster.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "crds"))
+    cluster.kubectl("apply", "--server-side", "-f", str(REPO / "hack" / "crds"))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    admin.create(
+        {
+            "apiVersion": TIER_API,
+            "kind": "KVCachePolicy",
+            "metadata": {"name": "cluster"},
+            "spec": POLICY,
+        }
+    )
+
+
+def run_one(
+    mode: str,
+    size: int,
+    args: argparse.Namespace,
+    profile: Path | None,
+) -> Run:
+    workdir = Path(tempfile.mkdtemp(prefix=f"kvtier-bench-{mode}-{size}-"))
+    cluster = LocalCluster(workdir)
+    try:
+        cluster.up()
+        bench = Bench(cluster, workdir)
+        install(cluster, bench.admin)
+        say(f"{mode} N={size}: operator")
+        op = bench.run_operator(mode, size, args.idle_seconds, profile, args.py_spy)
+        say(f"{mode} N={size}: operator {op.seconds:.1f}s; floor (a)")
+        floor = bench.run_floor(mode, size, args.workers)
+        say(f"{mode} N={size}: floor {floor.seconds:.1f}s; kopf floor (b)")
+        kopf = bench.run_kopf(mode, size)
+        say(f"{mode} N={size}: kopf {kopf.seconds:.1f}s")
+        return Run(mode, size, op, floor, kopf, sum(1 for i in range(size) if is_nvme(i)))
+    finally:
+        cluster.down()
+        if args.keep:
+            say(f"kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def say(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def mib(n: int | None) -> str:
+    return f"{n / 2**20:.0f}" if n else "n/a"
+
+
+def results_table(runs: Sequence[Run]) -> str:
+    head = (
+        "| mode | N | kvtier s | floor (a) s | kopf floor (b) s | kvtier / (a) | kvtier / (b) "
+        "| writes/tier kvtier | (a) | (b) | idle writes/min | lease renewals/min "
+        "| peak RSS MiB kvtier | (b) |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    )
+    rows = []
+    for r in runs:
+        rows.append(
+            f"| {r.mode} | {r.size} | {r.operator.seconds:.1f} | {r.floor.seconds:.1f} "
+            f"| {r.kopf.seconds:.1f} | {ratio(r.operator.seconds, r.floor.seconds)} "
+            f"| {ratio(r.operator.seconds, r.kopf.seconds)} "
+            f"| {sum(r.operator.writes.values()) / r.size:.2f} "
+            f"| {sum(r.floor.writes.values()) / r.size:.2f} "
+            f"| {sum(r.kopf.writes.values()) / r.size:.2f} "
+            f"| {r.operator.idle_per_minute or 0:.1f} | {r.operator.lease_per_minute or 0:.1f} "
+            f"| {mib(r.operator.peak_rss_bytes)} | {mib(r.kopf.peak_rss_bytes)} |"
+        )
+    return head + "\n".join(rows) + "\n"
+
+
+def verbs_table(runs: Sequence[Run]) -> str:
+    head = (
+        "| mode | N | kvtier writes per tier by verb and resource | floor (a) |\n"
+        "|---|---:|---|---|\n"
+    )
+    rows = [
+        f"| {r.mode} | {r.size} | {per_tier(r.operator.writes, r.size)} "
+        f"| {per_tier(r.floor.writes, r.size)} |"
+        for r in runs
+    ]
+    return head + "\n".join(rows) + "\n"
+
+
+def revision() -> str:
+    proc = subprocess.run(
+        ["git", "-C", str(REPO), "describe", "--always", "--dirty"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return proc.stdout.strip() or "unknown"
+
+
+def machine() -> str:
+    cpus = os.cpu_count() or 0
+    try:
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f"{kib / 2**20:.0f} GiB"
+    except (OSError, ValueError, IndexError):
+        mem = "?"
+    return f"{cpus} cores, {mem}, {platform.machine()}, Python {platform.python_version()}"
+
+
+def document(runs: Sequence[Run], args: argparse.Namespace, profile_text: str | None) -> str:
+    date = datetime.now(UTC).strftime("%Y-%m-%d")
+    out = [
+        "# Performance",
+        "",
+        "## Convergence (`make bench`, bench/convergence.py)",
+        "",
+        f"Machine: {machine()}. Date: {date}. kvtier {args.revision or revision()}. "
+        "Local control plane (kube-apiserver, etcd, kube-controller-manager, kube-scheduler, "
+        "kwok) on the same machine as the operator.",
+        "",
+        f"Workload: {MIX}. Each (mode, N) runs on a fresh control plane.",
+        "",
+        "Times are seconds from spawning the process to the first LIST that shows all N tiers "
+        "Ready=True (so they include the interpreter start and the initial LISTs). "
+        f"Floor (a) is bench/floor_writes.py: the same write bodies the operator produced, "
+        f"the minimum per tier (Plan: the status patch; Apply: finalizer apply, owned "
+        f"PersistentVolumes, target apply, status patch; no Events), {args.workers} tiers at a "
+        "time like the operator's workers, through the same REST layer. Floor (b) is "
+        "bench/minimal_kopf.py: kopf writing one status field per tier. Writes per tier come "
+        "from the audit log (operator identity, writes only: reads are not audited and are "
+        f"left out); idle writes/min over {args.idle_seconds:.0f} s starting "
+        f"{SETTLE_SECONDS:.0f} s after convergence (goal 0), the leader-election Lease "
+        "renewals counted apart. Peak RSS is VmHWM.",
+        "",
+        results_table(runs),
+        "Writes per tier, by verb and resource:",
+        "",
+        verbs_table(runs),
+    ]
+    if profile_text:
+        out += ["### Profile", "", "```", profile_text, "```", ""]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="kvtier convergence benchmark")
+    parser.add_argument("--sizes", default="50,200,500", help="comma-separated tier counts")
+    parser.add_argument("--modes", default="Plan,Apply", help="comma-separated: Plan,Apply")
+    parser.add_argument("--quick", action="store_true", help="N=20, short idle window")
+    parser.add_argument("--idle-seconds", type=float, default=60.0)
+    parser.add_argument("--workers", type=int, default=4, help="floor (a) concurrency")
+    parser.add_argument("--write-docs", action="store_true", help="write docs/performance.md")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="py-spy the operator in the largest Apply run; collapsed stacks go here",
+    )
+    parser.add_argument("--py-spy", default=shutil.which("py-spy"), help="py-spy binary")
+    parser.add_argument("--revision", help="kvtier revision to name in the docs (git describe)")
+    parser.add_argument("--keep", action="store_true", help="keep the cluster work dirs")
+    args = parser.parse_args(argv)
+    sizes = [20] if args.quick else [int(s) for s in args.sizes.split(",") if s]
+    if args.quick:
+        args.idle_seconds = min(args.idle_seconds, 15.0)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if args.profile and not args.py_spy:
+        parser.error("--profile needs py-spy (pip install py-spy, or --py-spy PATH)")
+    runs = []
+    for mode in modes:
+        for size in sizes:
+            profile = (
+                args.profile if args.profile and mode == "Apply" and size == max(sizes) else None
+            )
+            runs.append(run_one(mode, size, args, profile))
+            print(results_table(runs[-1:]), flush=True)
+    print()
+    print(results_table(runs))
+    print(verbs_table(runs))
+    profile_text = None
+    if args.profile and (args.profile / "operator.collapsed").exists():
+        profile_text = summarize_profile(args.profile / "operator.collapsed")
+        (args.profile / "summary.txt").write_text(profile_text + "\n")
+        print(profile_text)
+    if args.write_docs:
+        DOCS.parent.mkdir(parents=True, exist_ok=True)
+        DOCS.write_text(document(runs, args, profile_text))
+        say(f"wrote {DOCS.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

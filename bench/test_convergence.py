@@ -1,0 +1,100 @@
+"""Pure helpers of the convergence benchmark (run: .venv/bin/pytest bench/test_convergence.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.convergence import (
+    count_writes,
+    floor_writes_for,
+    is_ready,
+    parse_audit,
+    per_tier,
+    ratio,
+    summarize_profile,
+    tier_body,
+)
+
+USER = "system:serviceaccount:kvtier-system:kvtier-operator"
+
+
+def _line(verb: str, resource: str, at: str, user: str = USER, sub: str = "") -> str:
+    ref = {"resource": resource, "namespace": "ns", **({"subresource": sub} if sub else {})}
+    return json.dumps(
+        {
+            "stage": "ResponseComplete",
+            "verb": verb,
+            "user": {"username": user},
+            "objectRef": ref,
+            "stageTimestamp": at,
+        }
+    )
+
+
+def test_audit_counts_writes_of_one_user_in_a_window() -> None:
+    entries = parse_audit(
+        [
+            _line("patch", "kvcachetiers", "2026-01-01T00:00:01.5Z", sub="status"),
+            _line("create", "events", "2026-01-01T00:00:02Z"),
+            _line("create", "events", "2026-01-01T00:00:09Z"),
+            _line("patch", "kvcachetiers", "2026-01-01T00:00:02Z", user="admin"),
+            _line("get", "kvcachetiers", "2026-01-01T00:00:02Z"),
+            "not json",
+        ]
+    )
+    start = entries[0].at - 1
+    counts = count_writes(entries, USER, start, start + 5)
+    assert counts == {("patch", "kvcachetiers/status"): 1, ("create", "events"): 1}
+    assert per_tier(counts, 2) == "create events 0.50, patch kvcachetiers/status 0.50"
+
+
+def test_floor_writes_mirror_the_operator_result() -> None:
+    tier = {
+        "metadata": {"name": "tier-0", "finalizers": ["kvcache.io/cleanup"]},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "plan": {
+                "actions": [
+                    {
+                        "action": "Apply",
+                        "kind": "StorageClass",
+                        "body": {"metadata": {"name": "sc"}},
+                    },
+                    {
+                        "action": "Apply",
+                        "kind": "PersistentVolume",
+                        "body": {"metadata": {"name": "pv"}},
+                    },
+                    {
+                        "action": "Apply",
+                        "kind": "LLMInferenceService",
+                        "body": {"metadata": {"name": "m", "namespace": "op"}},
+                    },
+                ]
+            },
+        },
+    }
+    writes = floor_writes_for(tier, "floor", "Apply")
+    assert [w["op"] for w in writes] == ["apply", "apply", "apply", "status"]
+    assert writes[0]["body"]["metadata"]["finalizers"] == ["kvcache.io/cleanup"]
+    assert writes[1]["body"]["metadata"]["name"] == "floor-pv"
+    assert writes[2]["body"]["metadata"]["namespace"] == "floor"
+    assert is_ready({"status": writes[3]["status"]})
+    assert [w["op"] for w in floor_writes_for(tier, "floor", "Plan")] == ["status"]
+
+
+def test_workload_and_ratio() -> None:
+    assert tier_body(0, "Apply")["spec"]["disk"]["type"] == "NVMe"
+    assert tier_body(1, "Plan")["spec"]["targetRef"]["kind"] == "InferenceService"
+    assert ratio(3.0, 2.0) == "1.50×" and ratio(1.0, 0.0) == "n/a"
+
+
+def test_profile_summary(tmp_path: Path) -> None:
+    stacks = tmp_path / "p.collapsed"
+    stacks.write_text("main (a.py:1);work (a.py:5) 3\nmain (a.py:1) 1\n")
+    text = summarize_profile(stacks)
+    assert "4 samples" in text and "75.0%  work (a.py:5)" in text
