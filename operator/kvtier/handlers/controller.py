@@ -82,10 +82,48 @@ class Controller:
         self.leading = asyncio.Event()
 
     def lead(self) -> None:
-        """Became the acting replica: everything known may need work."""
+        """Became the acting replica: once the watches have delivered what exists,
+        everything known may need work."""
+        self._tasks.append(asyncio.create_task(self._lead_when_synced()))
+
+    async def _lead_when_synced(self, timeout: float = 10.0) -> None:
+        # Like controller-runtime's WaitForCacheSync: deciding on a half-filled cache would
+        # report a target as missing only to correct it a moment later (two writes, an Event).
+        try:
+            want = await asyncio.to_thread(self._listed_counts)
+        except Exception as exc:  # the API may be restarting: start anyway, the watch catches up
+            log.warning("cache sync check skipped: %s", exc)
+            want = {}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(
+            self._cached_count(kind) < n for kind, n in want.items()
+        ):
+            await asyncio.sleep(0.1)
         self.leading.set()
         self.queue.add(POLICY_KEY)
         self.enqueue(self.cache.tier_keys())
+
+    def _listed_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for api_version, kind in (
+            (API_VERSION, "KVCacheTier"),
+            ("serving.kserve.io/v1beta1", "InferenceService"),
+            ("serving.kserve.io/v1alpha2", "LLMInferenceService"),
+            ("v1", "Node"),
+        ):
+            try:
+                counts[kind] = len(self.kube.list(api_version, kind))
+            except ApiException as exc:
+                if exc.status != 404:  # a kind the cluster does not serve has nothing to wait for
+                    raise
+        return counts
+
+    def _cached_count(self, kind: str) -> int:
+        if kind == "KVCacheTier":
+            return len(self.cache.tiers)
+        if kind == "Node":
+            return len(self.cache.nodes)
+        return sum(1 for key in self.cache.targets if key[0] == kind)
 
     def follow(self) -> None:
         self.leading.clear()
@@ -173,9 +211,10 @@ class Controller:
             await self._perform(tier, decision.writes)
             # The API returned what it now holds: decide again from that, so one status
             # write reports the result instead of a second pass after the watch catches up.
+            tier = self.cache.tiers.get(key, tier)  # the finalizer write moved it on
             facts = replace(
                 facts,
-                tier=self.cache.tiers.get(key, tier),
+                tier=tier,
                 target=self.cache.target_for(tier),
                 owned=self.cache.owned_for(namespace, name),
             )
