@@ -29,6 +29,17 @@ def eventually(check: Callable[[], Any], timeout: float = 60, what: str = "condi
     raise AssertionError(f"timed out waiting for {what}; last value {last!r}")
 
 
+def exists(read: Callable[[], Any]) -> bool:
+    """Whether a read succeeds; False on 404."""
+    try:
+        read()
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
 def new_namespace(api: client.ApiClient, prefix: str) -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     client.CoreV1Api(api).create_namespace(

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from kvtier.api.common import quantity_bytes
 from kvtier.kube.rest import Kube
@@ -23,6 +22,7 @@ from tests.e2e.kube_helpers import (
     create_tier,
     events_for,
     eventually,
+    exists,
     get_tier,
     new_namespace,
     wait_condition,
@@ -427,7 +427,7 @@ def test_deleting_the_tier_restores_the_users_manifest(
         "kvcache.io", "v1alpha1", ns, "kvcachetiers", "llama"
     )
     eventually(
-        lambda: not _exists(lambda: get_tier(admin_api, ns, "llama")),
+        lambda: not exists(lambda: get_tier(admin_api, ns, "llama")),
         what="tier deleted (finalizer released)",
     )
     restored = get_target(admin_api, ns, "InferenceService", "llama-70b", "v1beta1")
@@ -442,7 +442,7 @@ def test_deleting_the_tier_restores_the_users_manifest(
     )
     core.delete_namespaced_pod("llama-70b-0", ns)  # play KServe rolling the replica
     eventually(
-        lambda: not _exists(lambda: core.read_namespaced_persistent_volume_claim(claim, ns)),
+        lambda: not exists(lambda: core.read_namespaced_persistent_volume_claim(claim, ns)),
         what="the claim gone once no pod uses it",
     )
 
@@ -481,16 +481,6 @@ def test_switching_to_plan_takes_the_configuration_back(
     )
 
 
-def _exists(fn: Any) -> bool:
-    try:
-        fn()
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return True
-
-
 def _cpu_only_tier(admin_api: client.ApiClient, ns: str, name: str) -> None:
     create_target(admin_api, ns, llm_inference_service(name, tp=8, model_uri=NEMOTRON))
     create_tier(
@@ -520,7 +510,7 @@ def test_removal_does_not_block_when_the_target_is_gone(
         "kvcache.io", "v1alpha1", ns, "kvcachetiers", "orphan"
     )
     eventually(
-        lambda: not _exists(lambda: get_tier(admin_api, ns, "orphan")),
+        lambda: not exists(lambda: get_tier(admin_api, ns, "orphan")),
         what="the tier gone although its target was",
     )
 
@@ -531,7 +521,7 @@ def test_namespace_deletion_completes(admin_api: client.ApiClient, ns: str) -> N
     core = client.CoreV1Api(admin_api)
     core.delete_namespace(doomed)
     eventually(
-        lambda: not _exists(lambda: core.read_namespace(doomed)),
+        lambda: not exists(lambda: core.read_namespace(doomed)),
         timeout=90,
         what="the namespace with an Applied tier deleted",
     )

@@ -12,6 +12,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from localcluster import GPU_NODES, GPU_PRODUCT, LocalCluster
+from tests.e2e.kube_helpers import exists
 
 
 def eventually(check: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
@@ -166,7 +167,7 @@ def test_pv_and_pvc_bind_and_bound_pvc_deletes(admin_api: client.ApiClient, name
     core.delete_namespaced_persistent_volume_claim("claim", namespace)
     eventually(
         lambda: (
-            not _exists(lambda: core.read_namespaced_persistent_volume_claim("claim", namespace))
+            not exists(lambda: core.read_namespaced_persistent_volume_claim("claim", namespace))
         ),
         what="PVC deletion to complete",
     )
@@ -174,16 +175,6 @@ def test_pv_and_pvc_bind_and_bound_pvc_deletes(admin_api: client.ApiClient, name
         lambda: core.read_persistent_volume(pv_name).status.phase == "Released", what="PV Released"
     )
     core.delete_persistent_volume(pv_name)
-
-
-def _exists(fn: Callable[[], Any]) -> bool:
-    try:
-        fn()
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return True
 
 
 def test_owned_object_is_garbage_collected(admin_api: client.ApiClient, namespace: str) -> None:
@@ -200,7 +191,7 @@ def test_owned_object_is_garbage_collected(admin_api: client.ApiClient, namespac
     )
     core.delete_namespaced_config_map("owner", namespace)
     eventually(
-        lambda: not _exists(lambda: core.read_namespaced_config_map("dependent", namespace)),
+        lambda: not exists(lambda: core.read_namespaced_config_map("dependent", namespace)),
         what="garbage collection of the dependent",
     )
 
@@ -222,7 +213,7 @@ def test_pod_is_scheduled_to_a_gpu_node_and_runs(
 ) -> None:
     core = client.CoreV1Api(admin_api)
     eventually(
-        lambda: _exists(lambda: core.read_namespaced_service_account("default", namespace)),
+        lambda: exists(lambda: core.read_namespaced_service_account("default", namespace)),
         what="default ServiceAccount",
     )
     core.create_namespaced_pod(
