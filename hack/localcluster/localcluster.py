@@ -247,7 +247,7 @@ class Component:
         return workdir / "logs" / f"{self.name}.log"
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -493,16 +493,16 @@ class LocalCluster:
         if not pid_file.exists():
             return
         pid = int(pid_file.read_text())
-        if _alive(pid):
+        if process_alive(pid):
             with suppress(ProcessLookupError):
                 os.killpg(pid, sig)
             deadline = time.monotonic() + timeout
-            while _alive(pid) and time.monotonic() < deadline:
+            while process_alive(pid) and time.monotonic() < deadline:
                 _reap(pid)
                 time.sleep(0.1)
-            if _alive(pid):
+            if process_alive(pid):
                 os.killpg(pid, signal.SIGKILL)
-                _wait(lambda: _reap(pid) or not _alive(pid), 10, f"{name} to die")
+                _wait(lambda: _reap(pid) or not process_alive(pid), 10, f"{name} to die")
             _reap(pid)
         pid_file.unlink()
 
@@ -513,7 +513,7 @@ class LocalCluster:
 
     def running(self) -> bool:
         pid_files = list((self.workdir / "pids").glob("*.pid"))
-        return bool(pid_files) and all(_alive(int(p.read_text())) for p in pid_files)
+        return bool(pid_files) and all(process_alive(int(p.read_text())) for p in pid_files)
 
     # ----------------------------------------------------------- bootstrap
 

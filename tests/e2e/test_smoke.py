@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from localcluster import GPU_NODES, GPU_PRODUCT, LocalCluster
+from localcluster import GPU_NODES, GPU_PRODUCT, LocalCluster, process_alive
 from tests.e2e.kube_helpers import exists
 
 
@@ -250,3 +250,24 @@ def test_operator_identity_cannot_read_secrets(operator_api: client.ApiClient) -
     assert denied_ns.value.status == 403
     # ...while what the repo's RBAC grants works under the same identity.
     assert core.list_node().items
+
+
+def test_down_stops_exactly_what_up_started(
+    cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    other = LocalCluster(tmp_path_factory.mktemp("second-cluster"), nodes=1).up()
+    pids = {p.stem: int(p.read_text()) for p in (other.workdir / "pids").glob("*.pid")}
+    assert set(pids) == {
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok",
+    }
+    assert other.kubectl("get", "nodes", "-o", "name").split() == ["node/gpu-node-0"]
+    other.down()
+    assert not [name for name, pid in pids.items() if process_alive(pid)]
+    assert not list((other.workdir / "pids").glob("*.pid"))
+    # ...and the session's own control plane is untouched.
+    session = int((cluster.workdir / "pids" / "kube-apiserver.pid").read_text())
+    assert process_alive(session)
