@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import yaml
 from kubernetes import client
 
 from localcluster import LocalCluster, write_kubeconfig
+from tests.e2e import audit
 from tests.e2e.conftest import create_target, llm_inference_service
 from tests.e2e.kube_helpers import create_tier, new_namespace, wait_condition
 from tests.e2e.operator_process import OperatorProcess
@@ -183,6 +185,7 @@ def test_operator_runs_under_the_charts_service_account(
     admin_api: client.ApiClient,
     release: tuple[str, str],
     tmp_path: Path,
+    operator: OperatorProcess,
 ) -> None:
     name, namespace = release
     sa = f"{name}-kvtier-operator"
@@ -205,6 +208,12 @@ def test_operator_runs_under_the_charts_service_account(
             "nemotron-ultra", tp=8, model_uri="hf://nvidia/Llama-3_1-Nemotron-Ultra-253B-v1"
         ),
     )
+    create_target(
+        admin_api, ns, llm_inference_service("gpt-oss", tp=2, model_uri="hf://openai/gpt-oss-120b")
+    )
+    # Only the chart's identity acts meanwhile: the session's operator pauses.
+    operator.stop()
+    start = time.time()
     proc = OperatorProcess(
         cluster, tmp_path / "operator.log", kubeconfig=kubeconfig, namespace=namespace
     ).start()
@@ -220,10 +229,28 @@ def test_operator_runs_under_the_charts_service_account(
             },
         )
         tier = wait_condition(admin_api, ns, "nemotron", "Ready", "True", "Planned")
+        create_tier(
+            admin_api,
+            ns,
+            "gptoss",
+            {
+                "mode": "Apply",
+                "targetRef": {"kind": "LLMInferenceService", "name": "gpt-oss"},
+                "workload": {"averageContextTokens": 20000, "concurrentSessions": 8},
+                "disk": {"type": "None"},
+            },
+        )
+        applied = wait_condition(admin_api, ns, "gptoss", "Ready", "True", "Applied")
     finally:
         proc.stop()
+        operator.start()
     assert tier["status"]["sizing"]["bytesPerToken"] == 262144
     assert tier["status"]["observedGeneration"] == tier["metadata"]["generation"]
+    assert "kvcache.io/cleanup" in applied["metadata"]["finalizers"]
+    user = f"system:serviceaccount:{namespace}:{sa}"
+    writes = audit.writes(cluster.audit_log, user=user, since=start)
+    assert writes[("patch", "llminferenceservices")] >= 1  # the Apply-mode target patch
+    assert writes[("patch", "kvcachetiers/status")] >= 2
 
 
 def _versions(cluster: LocalCluster) -> dict[str, str]:
