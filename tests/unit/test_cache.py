@@ -52,3 +52,24 @@ def test_metrics_forget_only_the_tier() -> None:
     )
     assert value("kvtier_tier_working_set_bytes", {"namespace": "ns", "name": "drop"}) is None
     assert value("kvtier_tier_ready", {"namespace": "ns", "name": "keep"}) == 1
+
+
+def test_target_version_follows_the_cluster_not_event_order() -> None:
+    cache = Cache()
+    key = ("InferenceService", "a", "llama")
+    lkey = ("LLMInferenceService", "a", "gpt")
+    v1, v2 = "serving.kserve.io/v1alpha1", "serving.kserve.io/v1alpha2"
+    cache.set_target(lkey, v1, {"apiVersion": v1})  # the older view's event came first
+    llm = {
+        "metadata": {"namespace": "a"},
+        "spec": {"targetRef": {"kind": "LLMInferenceService", "name": "gpt"}},
+    }
+    cache.served = {"LLMInferenceService": {v1, v2}}
+    assert cache.target_for(llm) is None  # wait for the served, newest view
+    cache.set_target(lkey, v2, {"apiVersion": v2})
+    assert cache.target_for(llm) == {"apiVersion": v2}
+    pinned = {**llm, "spec": {"targetRef": {**llm["spec"]["targetRef"], "apiVersion": v1}}}
+    assert cache.target_for(pinned) == {"apiVersion": v1}
+    cache.served = {"LLMInferenceService": {v1}}
+    assert cache.target_for(llm) == {"apiVersion": v1}
+    assert key not in cache.targets

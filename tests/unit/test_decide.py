@@ -266,3 +266,35 @@ def test_cpu_tier_above_the_node_share_is_a_policy_condition() -> None:
     assert c["message"].startswith("spec.cpu.size: 1Ti is more than a model-server pod may take")
     assert conds(d.status)["Ready"]["status"] == "False"
     assert decide(facts(tier(cpu={"size": "500Gi"}))).status["conditions"][-1]["status"] == "True"
+
+
+def test_plans_beyond_what_kubernetes_stores_are_refused_before_any_write() -> None:
+    t = tier(mode="Apply", cpu={"size": "8Ei"})
+    d = decide(facts(t))
+    c = conds(d.status)["Sized"]
+    assert (c["status"], c["reason"]) == ("False", "TooLarge")
+    assert c["message"].startswith("spec.cpu.size:") and d.writes == []
+
+
+def test_failed_policy_check_blocks_every_write() -> None:
+    d = decide(facts(tier(mode="Apply", cpu={"size": "1Ti"})))
+    assert conds(d.status)["PolicyCompliant"]["status"] == "False"
+    assert d.writes == [] and d.probe is None
+
+
+def test_explicit_geometry_needs_no_catalog_entry_for_the_targets_model() -> None:
+    geometry = {"attentionLayers": 64, "kvHeads": 8, "headDim": 128}
+    d = decide(facts(tier(model={"geometry": geometry}), target=llmisvc(uri="hf://acme/custom")))
+    assert conds(d.status)["Sized"]["status"] == "True"
+    assert d.status["sizing"]["bytesPerToken"] == 262144
+
+
+def test_absurd_config_dimensions_name_the_configmap() -> None:
+    config = (
+        '{"model_type":"llama","num_hidden_layers":1000000000000000000000000000000,'
+        '"num_attention_heads":64,"num_key_value_heads":8,"head_dim":128}'
+    )
+    t = tier(model={"configMapRef": {"name": "cfg", "key": "config.json"}})
+    c = conds(decide(facts(t, config_map={"data": {"config.json": config}})).status)["Sized"]
+    assert (c["status"], c["reason"]) == ("False", "InvalidModelConfig")
+    assert c["message"].startswith("spec.model.configMapRef:")

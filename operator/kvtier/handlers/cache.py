@@ -53,6 +53,8 @@ class Cache:
         default_factory=dict
     )
 
+    # kind → API versions the cluster serves for it (from discovery at start).
+    served: dict[str, set[str]] = field(default_factory=dict)
     # Reverse indexes, so a change wakes its tiers without scanning them all.
     _by_target: dict[TargetKey, set[TierKey]] = field(default_factory=dict)
     _by_configmap: dict[TierKey, set[TierKey]] = field(default_factory=dict)
@@ -104,13 +106,24 @@ class Cache:
             self.targets.pop(key, None)
 
     def target_for(self, tier: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The target as the version the tier names, else the newest version the cluster
+        serves for its kind. Never whichever view's event came first: the version decides
+        how kvtier patches (native field or vLLM arguments)."""
         ref = (tier.get("spec") or {}).get("targetRef") or {}
-        key = (ref.get("kind", ""), _meta(tier).get("namespace", ""), ref.get("name", ""))
+        kind = str(ref.get("kind", ""))
+        key = (kind, _meta(tier).get("namespace", ""), ref.get("name", ""))
         versions = self.targets.get(key) or {}
-        for version in (ref.get("apiVersion"), *VERSION_PREFERENCE):
-            if version in versions:
-                return versions[version]
-        return next(iter(versions.values()), None)
+        wanted = ref.get("apiVersion") or self.preferred_version(kind)
+        if wanted is not None:
+            return versions.get(wanted)
+        return next((versions[v] for v in VERSION_PREFERENCE if v in versions), None)
+
+    def preferred_version(self, kind: str) -> str | None:
+        """The newest kvtier-known version served for `kind` (None until discovery ran)."""
+        served = self.served.get(kind)
+        if not served:
+            return None
+        return next((v for v in VERSION_PREFERENCE if v in served), None)
 
     def configmap_for(self, tier: Mapping[str, Any]) -> dict[str, Any] | None:
         ref = ((tier.get("spec") or {}).get("model") or {}).get("configMapRef")

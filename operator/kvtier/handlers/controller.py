@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kvtier import metrics
 from kvtier.api.tier import API_VERSION
-from kvtier.handlers.cache import Cache, TierKey
+from kvtier.handlers.cache import VERSION_PREFERENCE, Cache, TierKey
 from kvtier.handlers.workqueue import WorkQueue
 from kvtier.kube.rest import Kube
 from kvtier.names import FIELD_MANAGER, FINALIZER
@@ -90,6 +90,7 @@ class Controller:
         # Like controller-runtime's WaitForCacheSync: deciding on a half-filled cache would
         # report a target as missing only to correct it a moment later (two writes, an Event).
         try:
+            self.cache.served = await asyncio.to_thread(self._served_versions)
             want = await asyncio.to_thread(self._listed_counts)
         except Exception as exc:  # the API may be restarting: start anyway, the watch catches up
             log.warning("cache sync check skipped: %s", exc)
@@ -102,6 +103,21 @@ class Controller:
         self.leading.set()
         self.queue.add(POLICY_KEY)
         self.enqueue(self.cache.tier_keys())
+
+    def _served_versions(self) -> dict[str, set[str]]:
+        """Which versions of the target kinds this cluster serves (API discovery)."""
+        served: dict[str, set[str]] = {}
+        for group_version in VERSION_PREFERENCE:
+            try:
+                found = self.kube.request("GET", f"/apis/{group_version}")
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                continue
+            for res in (found or {}).get("resources") or []:
+                if "/" not in res.get("name", ""):
+                    served.setdefault(str(res.get("kind")), set()).add(group_version)
+        return served
 
     def _listed_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}

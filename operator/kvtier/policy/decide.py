@@ -64,7 +64,11 @@ SPEC_PATHS = {
     "baselineTTFTSeconds": "spec.probe.baselineTTFTSeconds",
     "model": "spec.model",
     "config.json": "spec.model.configMapRef",
+    # The node's memory cannot hold one block of this model: the geometry or the CPU tier.
+    "nodeMemoryBytes": "spec.model (one KV block exceeds what a node affords the CPU tier)",
+    "blockSizeTokens": "spec.model.blockSizeTokens",
 }
+INT64_MAX = 2**63 - 1  # what the API server stores for an integer field
 DISK_TIER_NAMES = {"NVMe": "nvme", "CephFS": "cephfs", "ObjectStore": "objectstore"}
 
 
@@ -193,7 +197,13 @@ def _sizing_input(
     config = _config_json(spec, config_map) if model and model.config_map_ref else None
     name = (model.name if model else None) or target.model_name
     try:
-        geo = resolve_geometry(model=name, config=config, geometry=geometry)
+        try:
+            geo = resolve_geometry(model=name, config=config, geometry=geometry)
+        except SizingError as exc:
+            # A full explicit geometry needs no catalog entry for the target's model name.
+            if exc.field != "model" or geometry is None or (model and model.name):
+                raise
+            geo = resolve_geometry(model=None, config=config, geometry=geometry)
     except SizingError as exc:
         reason = "ModelUnknown" if exc.field == "model" else "InvalidModelConfig"
         raise _sized_false(
@@ -424,6 +434,11 @@ def decide(facts: Facts) -> Decision:
         verdicts.extend(_size(decision, spec, eff, target, facts))
     if not any(v.type == ConditionType.POLICY_COMPLIANT.value for v in verdicts):
         verdicts.append(_policy_verdict(spec, eff, policy, decision.policy_problems))
+    blocking = {ConditionType.TARGET_FOUND, ConditionType.SIZED, ConditionType.POLICY_COMPLIANT}
+    if any(v.type in blocking and not v.ok for v in verdicts):
+        # Never act on a plan that failed a check: nothing half-applied, nothing probed.
+        decision.writes = []
+        decision.probe = None
     verdicts.append(_ready(verdicts, mode))
     status["conditions"] = merge_conditions(previous, verdicts, generation, facts.now)
     decision.events = [
@@ -459,6 +474,9 @@ def _size(
         probes = measured((facts.tier.get("status") or {}).get("tiers") or [])
         inp = _sizing_input(spec, eff, target, place, facts.config_map, available, probes)
         sp = plan(inp)
+        too_large = _beyond_int64(sp)
+        if too_large is not None:
+            return [too_large]
         cap = cpu_tier_cap(inp)
         if inp.cpu_bytes is not None and cap is not None and inp.cpu_bytes > cap:
             decision.policy_problems.append(
@@ -571,6 +589,24 @@ def _render(
             verdicts.append(decision.probe.verdict)
     verdicts.extend(_beneficial(sp, spec, eff, decision, facts))
     return verdicts
+
+
+def _beyond_int64(sp: SizingPlan) -> Verdict | None:
+    """A plan whose byte counts the API server cannot store is refused before any write."""
+    figures = {
+        "spec.workload": sp.sizing.working_set_bytes_all_replicas,
+        "spec.cpu.size": max(sp.sizing.cpu_bytes_to_use, sp.sizing.pod_memory_bytes),
+    }
+    for path, value in figures.items():
+        if value > INT64_MAX:
+            return Verdict(
+                ConditionType.SIZED.value,
+                FALSE,
+                "TooLarge",
+                f"{path}: the plan needs {value} bytes, more than any node or volume "
+                f"holds (and beyond what Kubernetes stores, {INT64_MAX})",
+            )
+    return None
 
 
 def _pod_owned(obj: Mapping[str, Any]) -> bool:

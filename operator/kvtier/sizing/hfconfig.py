@@ -181,6 +181,11 @@ def _head_dim(cfg: Mapping[str, Any], heads: int, model_type: str, label: str) -
     return hidden // heads
 
 
+# The largest layer count, head count or head dimension kvtier accepts (the CRD's bound for
+# an explicit geometry is of the same order).
+MAX_DIMENSION = 65536
+
+
 def _int(cfg: Mapping[str, Any], label: str, *keys: str) -> int:
     for key in keys:
         value = cfg.get(key)
@@ -188,5 +193,9 @@ def _int(cfg: Mapping[str, Any], label: str, *keys: str) -> int:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise SizingError(FIELD, f"{label}: {key} must be a positive integer, got {value!r}")
+        if value > MAX_DIMENSION:
+            # No served model comes near; such a number is an error, and would overflow
+            # every byte count derived from it.
+            raise SizingError(FIELD, f"{label}: {key} is {value}, above {MAX_DIMENSION}")
         return value
     raise SizingError(FIELD, f"{label}: has no {keys[0]}")
