@@ -54,8 +54,10 @@ test: venv deps cluster-bin lint check-generated check-manifests
 demo: venv cluster-bin
 	hack/demo
 
-bench: venv cluster-bin
-	$(BIN)/python bench/convergence.py
+# The full-size benchmark and robustness suites (CI runs them shortened in `make test`).
+bench: venv deps cluster-bin
+	$(BIN)/python bench/convergence.py --write-docs
+	KVTIER_FULL=1 $(BIN)/pytest -s tests/e2e/test_faults.py tests/e2e/test_bad_input_corpus.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist
