@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.convergence import (
+    Phase,
+    Run,
     count_writes,
     floor_writes_for,
+    gap_text,
     is_ready,
     parse_audit,
     per_tier,
@@ -98,3 +102,13 @@ def test_profile_summary(tmp_path: Path) -> None:
     stacks.write_text("main (a.py:1);work (a.py:5) 3\nmain (a.py:1) 1\n")
     text = summarize_profile(stacks)
     assert "4 samples" in text and "75.0%  work (a.py:5)" in text
+
+
+def test_gap_text_attributes_the_time_to_events_and_the_rest() -> None:
+    floor = Phase(seconds=10.0, writes=Counter({("patch", "x"): 1000}))
+    operator = Phase(
+        seconds=25.0, writes=Counter({("patch", "x"): 1000, ("create", "events"): 500})
+    )
+    text = gap_text([Run("Apply", 250, operator, floor, Phase(), 0)])
+    assert "2.50×" in text and "100 writes/s" in text
+    assert "cost 5.0 s" in text and "other 10.0 s" in text
