@@ -15,6 +15,7 @@ def writes(
     user: str = OPERATOR_USER,
     since: float = 0.0,
     exclude: tuple[str, ...] = ("leases",),
+    names: list[str] | None = None,
 ) -> Counter[tuple[str, str]]:
     """(verb, resource[/subresource]) → count, for completed requests after `since` (epoch s).
 
@@ -38,6 +39,10 @@ def writes(
         resource = ref.get("resource", "")
         if resource in exclude:
             continue
+        if names is not None:
+            names.append(
+                f"{entry['verb']} {resource}/{ref.get('name', '')} {entry['stageTimestamp']}"
+            )
         if ref.get("subresource"):
             resource += "/" + ref["subresource"]
         counts[(entry["verb"], resource)] += 1

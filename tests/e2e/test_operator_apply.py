@@ -525,3 +525,35 @@ def test_namespace_deletion_completes(admin_api: client.ApiClient, ns: str) -> N
         timeout=90,
         what="the namespace with an Applied tier deleted",
     )
+
+
+def test_two_tiers_on_one_target_never_fight(
+    cluster: LocalCluster, admin_api: client.ApiClient, ns: str
+) -> None:
+    _cpu_only_tier(admin_api, ns, "shared")
+    start = time.time()
+    create_tier(
+        admin_api,
+        ns,
+        "second",
+        {
+            "mode": "Apply",
+            "targetRef": {"kind": "LLMInferenceService", "name": "shared"},
+            "workload": {"averageContextTokens": 50000, "concurrentSessions": 64},
+            "disk": {"type": "None"},
+        },
+    )
+    tier = wait_condition(admin_api, ns, "second", "Conflict", "True", "TargetClaimed")
+    assert "KVCacheTier shared" in condition_message(tier, "Conflict")
+    time.sleep(3)
+    writes = audit.writes(cluster.audit_log, since=start)
+    assert writes[("patch", "llminferenceservices")] == 0, writes
+    # The first tier goes: the waiting one takes the target over.
+    _custom(admin_api).delete_namespaced_custom_object(
+        "kvcache.io", "v1alpha1", ns, "kvcachetiers", "shared"
+    )
+    wait_condition(admin_api, ns, "second", "Ready", "True", "Applied", timeout=60)
+
+
+def condition_message(tier: dict[str, Any], ctype: str) -> str:
+    return str({c["type"]: c for c in tier["status"]["conditions"]}[ctype]["message"])

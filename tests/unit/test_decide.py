@@ -298,3 +298,19 @@ def test_absurd_config_dimensions_name_the_configmap() -> None:
     c = conds(decide(facts(t, config_map={"data": {"config.json": config}})).status)["Sized"]
     assert (c["status"], c["reason"]) == ("False", "InvalidModelConfig")
     assert c["message"].startswith("spec.model.configMapRef:")
+
+
+def test_one_apply_tier_per_target_the_oldest_wins() -> None:
+    t = tier(mode="Apply", disk={"type": "None"})
+    t["metadata"]["creationTimestamp"] = "2026-11-30T10:00:00Z"
+    older = [(1, "2026-11-30T09:00:00Z", "first")]
+    d = decide(facts(t, rivals=older))
+    c = conds(d.status)["Conflict"]
+    assert (c["status"], c["reason"]) == ("True", "TargetClaimed") and "first" in c["message"]
+    assert d.writes == [] and conds(d.status)["Ready"]["status"] == "False"
+    newer = [(1, "2026-11-30T11:00:00Z", "second")]
+    assert decide(facts(t, rivals=newer)).writes  # the oldest applies
+    applied = [(0, "2026-11-30T11:00:00Z", "holder")]  # ...unless the other already applied
+    assert decide(facts(t, rivals=applied)).writes == []
+    planned = tier(mode="Plan")
+    assert "Conflict" not in conds(decide(facts(planned, rivals=older)).status)

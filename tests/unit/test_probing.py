@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from kvtier.policy.probing import JOB_NAME, REPROBE_ANNOTATION, backoff, plan_probe
+from kvtier.policy.provisioning import pending_writes
+from kvtier.render import DesiredWrite
 from kvtier.render.labels import TierRef
 from kvtier.render.probe_job import PROBE_TIER, CephFSProbeVolume, probe_job_name
 
@@ -137,3 +139,24 @@ def test_policy_schedule_asks_for_a_fresh_probe() -> None:
     assert waiting.create is None
     assert waiting.requeue_after == (datetime(2026, 12, 6, 3, tzinfo=UTC) - NOW).total_seconds()
     assert step(previous=fresh, schedule="not a cron line").create is None
+
+
+def test_a_volume_whose_pool_changed_is_replaced_not_patched() -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": "pv"},
+        "spec": {"local": {"path": "/var/mnt/nvme"}, "capacity": {"storage": "1Ti"}},
+    }
+    want = DesiredWrite("Apply", "v1", "PersistentVolume", "pv", None, body, "pv")
+    old = {
+        **body,
+        "spec": {"hostPath": {"path": "/var/mnt/nvme/kvtier/a/b"}, "capacity": {"storage": "1Ti"}},
+    }
+    [step] = pending_writes([want], {("PersistentVolume", None, "pv"): old})
+    assert step.action == "Delete"  # an immutable source: recreate, never a failing patch
+    bound = {**old, "status": {"phase": "Bound"}}
+    assert pending_writes([want], {("PersistentVolume", None, "pv"): bound}) == []
+    resized = {**body, "spec": {**body["spec"], "capacity": {"storage": "2Ti"}}}
+    [patch] = pending_writes([want], {("PersistentVolume", None, "pv"): resized})
+    assert patch.action == "Apply"

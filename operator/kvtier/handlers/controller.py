@@ -20,7 +20,14 @@ from kvtier.handlers.workqueue import WorkQueue
 from kvtier.kube.rest import Kube
 from kvtier.names import FIELD_MANAGER, FINALIZER
 from kvtier.policy.conditions import timestamp
-from kvtier.policy.decide import DEFAULT_PROBE_IMAGE, Decision, Event, Facts, decide
+from kvtier.policy.decide import (
+    DEFAULT_PROBE_IMAGE,
+    Decision,
+    Event,
+    Facts,
+    claim_key,
+    decide,
+)
 from kvtier.policy.provisioning import object_key, pending_writes, policy_writes, removal_writes
 from kvtier.render import DesiredWrite
 
@@ -218,6 +225,7 @@ class Controller:
             now=datetime.now(UTC),
             owned=self.cache.owned_for(namespace, name),
             probe_image=self.probe_image,
+            rivals=self._rivals(key, tier),
         )
         decision = decide(facts)
         finalizers = (tier.get("metadata") or {}).get("finalizers") or []
@@ -241,6 +249,21 @@ class Controller:
             await self._probe(tier, decision)
         await self._write_status(tier, decision)
         metrics.observe_tier(namespace, name, tier, decision.status)
+
+    def _rivals(self, key: TierKey, tier: Mapping[str, Any]) -> list[tuple[int, str, str]]:
+        """Other Apply-mode tiers naming the same target, as claim keys."""
+        ref = (tier.get("spec") or {}).get("targetRef") or {}
+        default = ((self.cache.policy or {}).get("spec") or {}).get("defaults") or {}
+        rivals = []
+        for other in self.cache.tiers_for_target(ref.get("kind", ""), key[0], ref.get("name", "")):
+            body = self.cache.tiers.get(other)
+            if other == key or body is None:
+                continue
+            mode = (body.get("spec") or {}).get("mode") or default.get("mode") or "Apply"
+            meta = body.get("metadata") or {}
+            if mode == "Apply" and not meta.get("deletionTimestamp"):
+                rivals.append(claim_key(body))
+        return rivals
 
     async def _perform(self, tier: Mapping[str, Any], writes: list[DesiredWrite]) -> None:
         """Apply or delete in order; stop at the first failure (the retry starts over, and

@@ -101,6 +101,11 @@ async def tier_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
         if cached is None or _rv(obj) >= _rv(cached):
             controller.cache.set_tier(key, obj)
     controller.queue.add(key)
+    # Tiers naming the same target decide together which one applies.
+    ref = (obj.get("spec") or {}).get("targetRef") or {}
+    controller.enqueue(
+        controller.cache.tiers_for_target(ref.get("kind", ""), key[0], ref.get("name", ""))
+    )
 
 
 @kopf.on.event(GROUP, VERSION, "kvcachepolicies")

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from kvtier.api.common import quantity_bytes
 from kvtier.api.policy import KVCachePolicySpec, NonBeneficialAction
 from kvtier.api.tier import ConditionType, DiskType, KVCacheTierSpec, Mode
+from kvtier.names import FINALIZER
 from kvtier.policy.conditions import FALSE, TRUE, UNKNOWN, Verdict, flipped, merge_conditions
 from kvtier.policy.effective import EffectiveSettings, effective_settings
 from kvtier.policy.gate import gate_tier
@@ -85,6 +86,8 @@ class Facts:
     # Objects kvtier wrote for this tier (PVs, PVCs), keyed by (kind, namespace, name).
     owned: Mapping[tuple[str, str | None, str], Mapping[str, Any]] = field(default_factory=dict)
     probe_image: str = DEFAULT_PROBE_IMAGE  # the operator's own image runs `kvtier probe`
+    # Other Apply-mode tiers naming the same target, as claim_key() of each.
+    rivals: Sequence[tuple[int, str, str]] = ()
 
 
 @dataclass(frozen=True)
@@ -432,9 +435,25 @@ def decide(facts: Facts) -> Decision:
             )
         )
         verdicts.extend(_size(decision, spec, eff, target, facts))
+        claimed = _claimed_by(facts, mode)
+        if claimed is not None:
+            verdicts.append(
+                Verdict(
+                    ConditionType.CONFLICT.value,
+                    TRUE,
+                    "TargetClaimed",
+                    f"{target.kind} {ns}/{ref.name} is already configured by KVCacheTier "
+                    f"{claimed}: one tier per model server (the oldest applies; this one waits)",
+                )
+            )
     if not any(v.type == ConditionType.POLICY_COMPLIANT.value for v in verdicts):
         verdicts.append(_policy_verdict(spec, eff, policy, decision.policy_problems))
-    blocking = {ConditionType.TARGET_FOUND, ConditionType.SIZED, ConditionType.POLICY_COMPLIANT}
+    blocking = {
+        ConditionType.TARGET_FOUND,
+        ConditionType.SIZED,
+        ConditionType.POLICY_COMPLIANT,
+        ConditionType.CONFLICT,
+    }
     if any(v.type in blocking and not v.ok for v in verdicts):
         # Never act on a plan that failed a check: nothing half-applied, nothing probed.
         decision.writes = []
@@ -589,6 +608,28 @@ def _render(
             verdicts.append(decision.probe.verdict)
     verdicts.extend(_beneficial(sp, spec, eff, decision, facts))
     return verdicts
+
+
+def _claimed_by(facts: Facts, mode: str) -> str | None:
+    """The older Apply-mode tier that owns this tier's target, if any: two tiers applying to
+    one model server would overwrite each other forever."""
+    if mode != Mode.APPLY:
+        return None
+    me = claim_key(facts.tier)
+    older = sorted(r for r in facts.rivals if r < me)
+    return older[0][2] if older else None
+
+
+def claim_key(tier: Mapping[str, Any]) -> tuple[int, str, str]:
+    """Who owns a contested target: a tier that has already applied (holds kvtier's
+    finalizer) before one that has not, then the older, then by name (timestamps are whole
+    seconds)."""
+    holds = FINALIZER in (_meta(tier, "finalizers") or [])
+    return (
+        0 if holds else 1,
+        str(_meta(tier, "creationTimestamp") or ""),
+        str(_meta(tier, "name")),
+    )
 
 
 def _beyond_int64(sp: SizingPlan) -> Verdict | None:

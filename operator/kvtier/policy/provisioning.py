@@ -61,16 +61,44 @@ def object_key(obj: Mapping[str, Any]) -> tuple[str, str | None, str]:
 def pending_writes(
     writes: Sequence[DesiredWrite], observed: Mapping[tuple[str, str | None, str], Any]
 ) -> list[DesiredWrite]:
-    """The writes the observed objects do not already satisfy."""
+    """The writes the observed objects do not already satisfy.
+
+    A PersistentVolume's source and node affinity cannot change in place (a pool's
+    mountPath or volumeSource edited in the policy): an unbound one is deleted, and the next
+    reconcile creates it anew; a bound one waits until its claim lets go.
+    """
     needed = []
     for w in writes:
         current = observed.get((w.kind, w.namespace, w.name))
         if w.action == "Delete":
             if current is not None:
                 needed.append(w)
-        elif current is None or not covers(current, w.body):
+        elif current is None:
             needed.append(w)
+        elif not covers(current, w.body):
+            if w.kind != "PersistentVolume":
+                needed.append(w)
+            elif not covers(current.get("spec") or {}, _immutable_volume_spec(w.body)):
+                if (current.get("status") or {}).get("phase") != "Bound":
+                    needed.append(
+                        DesiredWrite(
+                            "Delete",
+                            w.api_version,
+                            w.kind,
+                            w.name,
+                            None,
+                            {},
+                            f"PersistentVolume {w.name}: its pool changed; recreated anew",
+                        )
+                    )
+            else:
+                needed.append(w)
     return needed
+
+
+def _immutable_volume_spec(body: Mapping[str, Any]) -> dict[str, Any]:
+    spec = body.get("spec") or {}
+    return {k: spec[k] for k in ("local", "hostPath", "nodeAffinity") if k in spec}
 
 
 def provisioned_verdict(
