@@ -142,7 +142,7 @@ def test_policy_schedule_asks_for_a_fresh_probe() -> None:
 
 
 def test_a_volume_whose_pool_changed_is_replaced_not_patched() -> None:
-    body = {
+    body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
         "metadata": {"name": "pv"},
