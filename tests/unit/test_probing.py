@@ -160,3 +160,25 @@ def test_a_volume_whose_pool_changed_is_replaced_not_patched() -> None:
     resized = {**body, "spec": {**body["spec"], "capacity": {"storage": "2Ti"}}}
     [patch] = pending_writes([want], {("PersistentVolume", None, "pv"): resized})
     assert patch.action == "Apply"
+
+
+def test_a_bound_claim_only_grows() -> None:
+    spec = {
+        "storageClassName": "a",
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": "2Ti"}},
+    }
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "c", "namespace": "n"},
+        "spec": spec,
+    }
+    key = ("PersistentVolumeClaim", "n", "c")
+    want = DesiredWrite("Apply", "v1", "PersistentVolumeClaim", "c", "n", body, "c")
+    other_class = {**body, "spec": {**spec, "storageClassName": "b"}}
+    assert pending_writes([want], {key: other_class}) == []  # refused forever: not tried
+    bigger = {**body, "spec": {**spec, "resources": {"requests": {"storage": "3Ti"}}}}
+    assert pending_writes([want], {key: bigger}) == []  # never shrinks
+    smaller = {**body, "spec": {**spec, "resources": {"requests": {"storage": "1Ti"}}}}
+    assert pending_writes([want], {key: smaller}) == [want]  # grows

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from kvtier.api.common import quantity_bytes
 from kvtier.api.policy import KVCachePolicySpec
 from kvtier.api.tier import ConditionType, KVCacheTierSpec
 from kvtier.policy.conditions import FALSE, TRUE, Verdict
@@ -76,7 +77,10 @@ def pending_writes(
         elif current is None:
             needed.append(w)
         elif not covers(current, w.body):
-            if w.kind != "PersistentVolume":
+            if w.kind == "PersistentVolumeClaim":
+                if _claim_can_change(current, w.body):
+                    needed.append(w)
+            elif w.kind != "PersistentVolume":
                 needed.append(w)
             elif not covers(current.get("spec") or {}, _immutable_volume_spec(w.body)):
                 if (current.get("status") or {}).get("phase") != "Bound":
@@ -94,6 +98,19 @@ def pending_writes(
             else:
                 needed.append(w)
     return needed
+
+
+def _claim_can_change(current: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+    """A bound claim only grows: a new class, access mode or selector (the policy changed),
+    or a smaller size (the sizing dropped), would be refused on every attempt. The claim
+    keeps serving as it is."""
+    spec, want = current.get("spec") or {}, body.get("spec") or {}
+    for key in ("storageClassName", "accessModes", "volumeMode", "selector"):
+        if key in want and spec.get(key) != want[key]:
+            return False
+    have = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+    asked = ((want.get("resources") or {}).get("requests") or {}).get("storage")
+    return not (have and asked and quantity_bytes(str(asked)) < quantity_bytes(str(have)))
 
 
 def _immutable_volume_spec(body: Mapping[str, Any]) -> dict[str, Any]:
