@@ -39,7 +39,7 @@ from kvtier.render import (
     prune_writes,
     render_writes,
 )
-from kvtier.render.nvme import nvme_claim_spec, recycle_released_volumes
+from kvtier.render.nvme import eligible_nodes, nvme_claim_spec, recycle_released_volumes
 from kvtier.render.probe_job import CephFSProbeVolume, NVMeProbeVolume
 from kvtier.sizing import (
     SizingError,
@@ -275,13 +275,8 @@ def _pool_nodes(
     selector: Mapping[str, str], nodes: Sequence[Mapping[str, Any]], place: Placement
 ) -> list[str]:
     """Nodes of an NVMe pool the model server can land on."""
-    names = []
-    for node in nodes:
-        labels = _meta(node, "labels") or {}
-        name = _meta(node, "name")
-        if name in place.eligible_nodes and all(labels.get(k) == v for k, v in selector.items()):
-            names.append(str(name))
-    return sorted(names)
+    in_pool = (str(_meta(node, "name")) for node in eligible_nodes(nodes, selector))
+    return [name for name in in_pool if name in place.eligible_nodes]
 
 
 def _policy_verdict(
