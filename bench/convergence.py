@@ -686,6 +686,13 @@ def gap_text(runs: Sequence[Run]) -> str:
     event_cost = events / rate
     other = r.operator.seconds - r.floor.seconds - event_cost
     goal_writes = 1.3 * r.floor.seconds * rate / r.size
+    if r.operator.seconds <= 1.3 * r.floor.seconds:
+        return (
+            f"Apply at N={r.size}: kvtier {r.operator.seconds:.1f} s, floor "
+            f"{r.floor.seconds:.1f} s ({ratio(r.operator.seconds, r.floor.seconds)}): within "
+            f"the 1.3× goal, with {events / r.size:.2f} Events per tier on top of the floor's "
+            f"{floor / r.size:.2f} writes."
+        )
     return (
         f"Apply at N={r.size}: kvtier {r.operator.seconds:.1f} s, floor {r.floor.seconds:.1f} s "
         f"({ratio(r.operator.seconds, r.floor.seconds)}). kvtier sends {ops / r.size:.2f} writes "

@@ -112,3 +112,9 @@ def test_gap_text_attributes_the_time_to_events_and_the_rest() -> None:
     text = gap_text([Run("Apply", 250, operator, floor, Phase(), 0)])
     assert "2.50×" in text and "100 writes/s" in text
     assert "cost 5.0 s" in text and "other 10.0 s" in text
+
+
+def test_gap_text_says_when_the_goal_is_met() -> None:
+    floor = Phase(seconds=10.0, writes=Counter({("patch", "x"): 1000}))
+    operator = Phase(seconds=12.0, writes=Counter({("patch", "x"): 1000, ("create", "events"): 5}))
+    assert "within the 1.3× goal" in gap_text([Run("Apply", 10, operator, floor, Phase(), 0)])
