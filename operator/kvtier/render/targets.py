@@ -390,19 +390,30 @@ def _write(target: Mapping[str, Any], body: dict[str, Any], summary: str) -> Des
 # --- per kind -----------------------------------------------------------------------------------
 
 
+def _flag_parts(
+    target: Mapping[str, Any], offload: Offload, holder: str
+) -> tuple[Mapping[str, Any], str | None, _PodParts] | Conflict:
+    """(container, kvtier's own earlier flag, pod parts) for a patch that passes the flag
+    itself, or a Conflict when the user already passes one in `holder`."""
+    container = _container(target)
+    own = _applied(target).get("kvTransferConfig")
+    where = _conflict_in_container(container, own)
+    if where is not None:
+        return Conflict(f"{holder} already passes {KV_FLAG} in {where}")
+    parts = _pod_parts(target, offload, mount_disk=True)
+    if isinstance(parts, Conflict):
+        return parts
+    return container, own, parts
+
+
 def inference_service_patch(target: Mapping[str, Any], offload: Offload) -> DesiredWrite | Conflict:
     """KServe InferenceService v1beta1: the flag in spec.predictor.model.args (atomic: the
     user's args are carried along), volumes in spec.predictor.volumes, mounts, env and memory
     in spec.predictor.model."""
-    container = _container(target)
-    applied = _applied(target)
-    own = applied.get("kvTransferConfig")
-    where = _conflict_in_container(container, own)
-    if where is not None:
-        return Conflict(f"spec.predictor.model already passes {KV_FLAG} in {where}")
-    parts = _pod_parts(target, offload, mount_disk=True)
-    if isinstance(parts, Conflict):
-        return parts
+    prepared = _flag_parts(target, offload, "spec.predictor.model")
+    if isinstance(prepared, Conflict):
+        return prepared
+    container, own, parts = prepared
     user_args, _ = _strip_own_args(container.get("args") or [], own)
     model = {**parts.container, "args": [*user_args, KV_FLAG, offload.arg]}
     record = {**parts.record, "kvTransferConfig": offload.arg}
@@ -419,15 +430,10 @@ def inference_service_patch(target: Mapping[str, Any], offload: Offload) -> Desi
 def llmisvc_v1alpha1_patch(target: Mapping[str, Any], offload: Offload) -> DesiredWrite | Conflict:
     """llm-d LLMInferenceService v1alpha1: the flag appended to env VLLM_ADDITIONAL_ARGS of
     the `main` container (JSON single-quoted), volumes in spec.template.volumes."""
-    container = _container(target)
-    applied = _applied(target)
-    own = applied.get("kvTransferConfig")
-    where = _conflict_in_container(container, own)
-    if where is not None:
-        return Conflict(f"container {MAIN_CONTAINER} already passes {KV_FLAG} in {where}")
-    parts = _pod_parts(target, offload, mount_disk=True)
-    if isinstance(parts, Conflict):
-        return parts
+    prepared = _flag_parts(target, offload, f"container {MAIN_CONTAINER}")
+    if isinstance(prepared, Conflict):
+        return prepared
+    container, own, parts = prepared
     env = _env(container, ADDITIONAL_ARGS_ENV)
     user_text, _ = _strip_own_text(str(env.get("value", "")) if env else "", own)
     value = f"{user_text} {_own_suffix(offload.arg)}".lstrip()
