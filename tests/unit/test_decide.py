@@ -11,8 +11,9 @@ import pytest
 from kvtier.handlers.controller import status_patch
 from kvtier.handlers.workqueue import WorkQueue
 from kvtier.policy.conditions import Verdict, merge_conditions
-from kvtier.policy.decide import Facts, decide, short_quantity
+from kvtier.policy.decide import Event, Facts, announce, decide, short_quantity
 from kvtier.policy.targets import placement, target_facts
+from kvtier.render import DesiredWrite
 from kvtier.sizing import SizingInput, lookup_model, plan
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -314,3 +315,30 @@ def test_one_apply_tier_per_target_the_oldest_wins() -> None:
     assert decide(facts(t, rivals=applied)).writes == []
     planned = tier(mode="Plan")
     assert "Conflict" not in conds(decide(facts(planned, rivals=older)).status)
+
+
+def _pv(name: str) -> DesiredWrite:
+    return DesiredWrite("Apply", "v1", "PersistentVolume", name, None, {}, f"PV {name}")
+
+
+def test_announce_folds_the_writes_into_the_ready_event() -> None:
+    ready = Event("Normal", "Applied", "tiers provisioned and applied to the target")
+    warn = Event("Warning", "NotBeneficial", "disk tier loses to recompute")
+    events = announce([warn, ready], [_pv(f"pv-{i}") for i in range(5)])
+    assert [e.reason for e in events] == ["NotBeneficial", "Applied"]  # one Event, not two
+    assert events[1].message == (
+        "tiers provisioned and applied to the target: 5 write(s): "
+        "Apply PV pv-0; Apply PV pv-1; Apply PV pv-2 (+2 more)"
+    )
+
+
+def test_announce_tells_writes_of_their_own_when_ready_did_not_flip() -> None:
+    warn = Event("Warning", "Degraded", "x")
+    assert announce([warn], [_pv("a")]) == [
+        Event("Normal", "Applied", "1 write(s): Apply PV a"),
+        warn,
+    ]
+    assert announce([warn], []) == [warn]  # nothing written, nothing added
+    # A Ready=False "Applied"-less flip never swallows the writes.
+    failed = Event("Warning", "Applied", "odd")
+    assert [e.message for e in announce([failed], [_pv("a")])] == ["1 write(s): Apply PV a", "odd"]

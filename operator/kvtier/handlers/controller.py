@@ -25,6 +25,7 @@ from kvtier.policy.decide import (
     Decision,
     Event,
     Facts,
+    announce,
     claim_key,
     decide,
 )
@@ -66,12 +67,6 @@ def status_patch(
 
 
 POLICY_KEY: TierKey = ("", "KVCachePolicy")  # tiers always have a namespace
-
-
-def _writes_summary(writes: list[DesiredWrite]) -> str:
-    head = "; ".join(f"{w.action} {w.summary}" for w in writes[:3])
-    more = f" (+{len(writes) - 3} more)" if len(writes) > 3 else ""
-    return f"{len(writes)} write(s): {head}{more}"
 
 
 class Controller:
@@ -135,7 +130,7 @@ class Controller:
             ("v1", "Node"),
         ):
             try:
-                counts[kind] = len(self.kube.list(api_version, kind))
+                counts[kind] = self.kube.count(api_version, kind)
             except ApiException as exc:
                 if exc.status != 404:  # a kind the cluster does not serve has nothing to wait for
                     raise
@@ -229,10 +224,11 @@ class Controller:
         )
         decision = decide(facts)
         finalizers = (tier.get("metadata") or {}).get("finalizers") or []
+        written: list[DesiredWrite] = []
         if decision.mode == "Apply" and decision.writes:
             if FINALIZER not in finalizers:
                 await self._set_finalizer(tier, present=True)
-            await self._perform(tier, decision.writes)
+            written = await self._perform(tier, decision.writes, announce_done=False)
             # The API returned what it now holds: decide again from that, so one status
             # write reports the result instead of a second pass after the watch catches up.
             tier = self.cache.tiers.get(key, tier)  # the finalizer write moved it on
@@ -247,7 +243,9 @@ class Controller:
             await self._take_back(tier, deleting=False)  # Apply → Plan
         if decision.mode == "Apply" and decision.probe is not None:
             await self._probe(tier, decision)
-        await self._write_status(tier, decision)
+        updated = await self._write_status(tier, decision)
+        for event in announce(decision.events, written):
+            await self._event(updated or tier, event)
         metrics.observe_tier(namespace, name, tier, decision.status)
 
     def _rivals(self, key: TierKey, tier: Mapping[str, Any]) -> list[tuple[int, str, str]]:
@@ -265,10 +263,13 @@ class Controller:
                 rivals.append(claim_key(body))
         return rivals
 
-    async def _perform(self, tier: Mapping[str, Any], writes: list[DesiredWrite]) -> None:
+    async def _perform(
+        self, tier: Mapping[str, Any], writes: list[DesiredWrite], announce_done: bool = True
+    ) -> list[DesiredWrite]:
         """Apply or delete in order; stop at the first failure (the retry starts over, and
         the target patch comes last, so a model server never points at missing storage).
-        One Event tells what was written."""
+        One Event tells what was written: here, or by the caller when `announce_done` is
+        False and all went through (a failure part-way is always told here)."""
         done: list[DesiredWrite] = []
         try:
             for w in writes:
@@ -284,9 +285,14 @@ class Controller:
                     if written:
                         self.cache.remember_written(written)
                 done.append(w)
-        finally:
-            if done:
-                await self._event(tier, Event("Normal", "Applied", _writes_summary(done)))
+        except BaseException:
+            for event in announce([], done):
+                await self._event(tier, event)
+            raise
+        if announce_done:
+            for event in announce([], done):
+                await self._event(tier, event)
+        return done
 
     async def _probe(self, tier: Mapping[str, Any], decision: Decision) -> None:
         """Start, collect and clean up the tier's fio probe Job as decided."""
@@ -406,12 +412,15 @@ class Controller:
             metrics.WRITES.labels("apply", w.kind).inc()
             log.info("policy: %s", w.summary)
 
-    async def _write_status(self, tier: Mapping[str, Any], decision: Decision) -> None:
+    async def _write_status(
+        self, tier: Mapping[str, Any], decision: Decision
+    ) -> Mapping[str, Any] | None:
+        """Patch the status when it changed; the tier as the API server now holds it."""
         meta = tier["metadata"]
         patch = status_patch(tier.get("status"), decision.status)
         if patch is None:
-            return
-        updated = await asyncio.to_thread(
+            return None
+        updated: dict[str, Any] | None = await asyncio.to_thread(
             self.kube.patch_status,
             API_VERSION,
             "KVCacheTier",
@@ -426,8 +435,7 @@ class Controller:
         key = (meta["namespace"], meta["name"])
         if updated and key in self.cache.tiers:
             self.cache.set_tier(key, updated)
-        for event in decision.events:
-            await self._event(updated or tier, event)
+        return updated
 
     async def _event(self, obj: Mapping[str, Any], event: Event) -> None:
         meta = obj["metadata"]

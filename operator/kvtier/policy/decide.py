@@ -90,11 +90,37 @@ class Facts:
     rivals: Sequence[tuple[int, str, str]] = ()
 
 
+READY_APPLIED = "Applied"  # Ready's reason in Apply mode, and the reason of a writes Event
+
+
 @dataclass(frozen=True)
 class Event:
     type: str  # Normal | Warning
     reason: str
     message: str
+
+
+def writes_summary(writes: Sequence[DesiredWrite]) -> str:
+    head = "; ".join(f"{w.action} {w.summary}" for w in writes[:3])
+    more = f" (+{len(writes) - 3} more)" if len(writes) > 3 else ""
+    return f"{len(writes)} write(s): {head}{more}"
+
+
+def announce(events: Sequence[Event], written: Sequence[DesiredWrite]) -> list[Event]:
+    """The Events of one reconcile. The writes are told once: inside the Ready=Applied
+    Event when the same reconcile made the tier ready (one Event for a new tier, not two),
+    else in an Event of their own."""
+    if not written:
+        return list(events)
+    summary = writes_summary(written)
+    out = []
+    folded = False
+    for e in events:
+        if not folded and e.type == "Normal" and e.reason == READY_APPLIED:
+            e = Event(e.type, e.reason, f"{e.message}: {summary}")
+            folded = True
+        out.append(e)
+    return out if folded else [Event("Normal", READY_APPLIED, summary), *out]
 
 
 @dataclass
@@ -775,5 +801,8 @@ def _ready(verdicts: Sequence[Verdict], mode: str) -> Verdict:
             "Plan mode: sized and reported; nothing applied (see status.plan)",
         )
     return Verdict(
-        ConditionType.READY.value, TRUE, "Applied", "tiers provisioned and applied to the target"
+        ConditionType.READY.value,
+        TRUE,
+        READY_APPLIED,
+        "tiers provisioned and applied to the target",
     )
