@@ -56,7 +56,8 @@ demo: venv cluster-bin
 
 # The full-size benchmark and robustness suites (CI runs them shortened in `make test`).
 bench: venv deps cluster-bin
-	$(BIN)/python bench/convergence.py --write-docs
+	$(BIN)/pip install -q -e '.[dev,plot,bench]'
+	$(BIN)/python bench/convergence.py --write-docs --profile build/profile --py-spy $(BIN)/py-spy
 	KVTIER_FULL=1 $(BIN)/pytest -s tests/e2e/test_faults.py tests/e2e/test_bad_input_corpus.py
 
 clean:

@@ -16,6 +16,7 @@ from bench.convergence import (
     floor_writes_for,
     gap_text,
     is_ready,
+    median_run,
     parse_audit,
     per_tier,
     ratio,
@@ -104,17 +105,35 @@ def test_profile_summary(tmp_path: Path) -> None:
     assert "4 samples" in text and "75.0%  work (a.py:5)" in text
 
 
-def test_gap_text_attributes_the_time_to_events_and_the_rest() -> None:
-    floor = Phase(seconds=10.0, writes=Counter({("patch", "x"): 1000}))
+def test_gap_text_attributes_the_time_to_events_cpu_and_the_start() -> None:
+    floor = Phase(seconds=10.0, writes=Counter({("patch", "x"): 1000}), cpu_seconds=2.0)
     operator = Phase(
-        seconds=25.0, writes=Counter({("patch", "x"): 1000, ("create", "events"): 500})
+        seconds=25.0,
+        writes=Counter({("patch", "x"): 1000, ("create", "events"): 500}),
+        cpu_seconds=16.0,
+        server_cpu_seconds=9.0,
     )
-    text = gap_text([Run("Apply", 250, operator, floor, Phase(), 0)])
+    text = gap_text([Run("Apply", 250, operator, floor, Phase(), 0)], cores=2)
     assert "2.50×" in text and "100 writes/s" in text
-    assert "cost 5.0 s" in text and "other 10.0 s" in text
+    assert "that is 5.0 s" in text  # 500 Events at 100 writes/s
+    assert "extra 14.0 CPU-s cost about 7.0 s" in text  # on 2 cores
+    assert "remaining 3.0 s" in text  # 25 - 10 - 5 - 7
 
 
 def test_gap_text_says_when_the_goal_is_met() -> None:
     floor = Phase(seconds=10.0, writes=Counter({("patch", "x"): 1000}))
     operator = Phase(seconds=12.0, writes=Counter({("patch", "x"): 1000, ("create", "events"): 5}))
-    assert "within the 1.3× goal" in gap_text([Run("Apply", 10, operator, floor, Phase(), 0)])
+    assert "Within the 1.3× goal" in gap_text([Run("Apply", 10, operator, floor, Phase(), 0)])
+
+
+def test_the_median_repetition_is_reported_whole_with_every_ratio() -> None:
+    def run(kvtier: float, floor: float) -> Run:
+        return Run("Apply", 10, Phase(kvtier), Phase(floor), Phase(1.0), 1)
+
+    first = run(30, 10)
+    first.operator.idle_per_minute = 0.0  # only the first run watches the idle window
+    chosen = median_run([first, run(12, 10), run(15, 10)])
+    assert (chosen.operator.seconds, chosen.floor.seconds) == (15, 10)
+    assert chosen.ratios == (1.2, 1.5, 3.0)
+    assert chosen.operator.idle_per_minute == 0.0
+    assert median_run([run(12, 10), run(15, 10)]).operator.seconds == 12  # the lower of two

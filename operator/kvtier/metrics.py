@@ -54,6 +54,9 @@ BENEFICIAL = Gauge(
     "1 when restoring from the disk tier beats recompute, 0 when it does not.",
     (*TIER_LABELS, "tier"),
 )
+EVENTS_DROPPED = Counter(
+    "kvtier_events_dropped_total", "Events not recorded (queue full or refused by the API)."
+)
 PROBE_RUNS = Counter("kvtier_probe_runs_total", "fio probe Jobs started.")
 PROBE_FAILURES = Counter("kvtier_probe_failures_total", "fio probes that failed or timed out.")
 LAST_ERROR = Gauge("kvtier_last_error_timestamp_seconds", "Unix time of the last failed reconcile.")

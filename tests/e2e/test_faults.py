@@ -61,6 +61,8 @@ CHURN_ROUNDS = 4 if FULL else 2
 SEED = int(os.environ.get("KVTIER_FAULT_SEED") or time.time_ns() % 1_000_000)
 # A SIGKILLed leader holds the Lease until it expires (15 s) before a new process acts.
 CONVERGE_TIMEOUT = 240 if FULL else 150
+# Twenty rounds of waiting out a Lease alone take about six minutes at full size.
+pytestmark = pytest.mark.timeout(1800 if FULL else 600)
 
 POOL = "fault-nvme"
 POOL_LABEL = "kvtier-faults/nvme"

@@ -7,7 +7,7 @@ from typing import Any
 from prometheus_client import REGISTRY
 
 from kvtier import metrics
-from kvtier.handlers.cache import Cache
+from kvtier.handlers.cache import Cache, is_news
 from kvtier.render.naming import tier_id
 
 
@@ -73,3 +73,28 @@ def test_target_version_follows_the_cluster_not_event_order() -> None:
     cache.served = {"LLMInferenceService": {v1}}
     assert cache.target_for(llm) == {"apiVersion": v1}
     assert key not in cache.targets
+
+
+def _at(rv: str, **extra: Any) -> dict[str, Any]:
+    return {"metadata": {"resourceVersion": rv, **extra}}
+
+
+def test_only_a_newer_object_is_news() -> None:
+    assert is_news(_at("5"), None)  # first sight
+    assert is_news(_at("6"), _at("5"))
+    assert not is_news(_at("5"), _at("5"))  # the echo of kvtier's own write
+    assert not is_news(_at("4"), _at("5"))  # an event lagging behind that write
+    assert is_news(_at("x"), _at("5"))  # not a number: never assume it is old
+    assert is_news({"metadata": {}}, _at("5"))
+
+
+def test_owned_copy_finds_what_a_write_left_in_the_cache() -> None:
+    cache = Cache()
+    cache.set_tier(("b", "t3"), tier("llama"))
+    labels = {"kvcache.io/tier-id": tier_id("b", "t3")}
+    written = {"kind": "PersistentVolume", **_at("9", name="pv", labels=labels)}
+    cache.remember_written(written)
+    echo = {"kind": "PersistentVolume", **_at("9", name="pv", labels=labels)}
+    assert cache.owned_copy(echo) is written
+    assert not is_news(echo, cache.owned_copy(echo))
+    assert cache.owned_copy({"kind": "PersistentVolume", **_at("9", name="other")}) is None

@@ -14,6 +14,7 @@ from kvtier.policy.conditions import Verdict, merge_conditions
 from kvtier.policy.decide import Event, Facts, announce, decide, short_quantity
 from kvtier.policy.targets import placement, target_facts
 from kvtier.render import DesiredWrite
+from kvtier.render.event import event_body
 from kvtier.sizing import SizingInput, lookup_model, plan
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -342,3 +343,20 @@ def test_announce_tells_writes_of_their_own_when_ready_did_not_flip() -> None:
     # A Ready=False "Applied"-less flip never swallows the writes.
     failed = Event("Warning", "Applied", "odd")
     assert [e.message for e in announce([failed], [_pv("a")])] == ["1 write(s): Apply PV a", "odd"]
+
+
+def test_event_body_names_the_tier_and_caps_the_message() -> None:
+    tier = {"metadata": {"namespace": "ns", "name": "t", "uid": "u", "resourceVersion": "9"}}
+    body = event_body(tier, "Warning", "NotSized", "x" * 5000, "pod-1", NOW)
+    assert body["metadata"] == {"generateName": "t.", "namespace": "ns"}
+    assert body["involvedObject"] == {
+        "apiVersion": "kvcache.io/v1alpha1",
+        "kind": "KVCacheTier",
+        "name": "t",
+        "namespace": "ns",
+        "uid": "u",
+        "resourceVersion": "9",
+    }
+    assert (body["type"], body["reason"], len(body["message"])) == ("Warning", "NotSized", 1024)
+    assert body["firstTimestamp"] == body["lastTimestamp"] == "2026-11-30T12:00:00Z"
+    assert body["reportingInstance"] == "pod-1"

@@ -29,6 +29,24 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return meta if isinstance(meta, Mapping) else {}
 
 
+def resource_version(obj: Mapping[str, Any]) -> int | None:
+    try:
+        return int(_meta(obj).get("resourceVersion") or "")
+    except ValueError:
+        return None
+
+
+def is_news(obj: Mapping[str, Any], cached: Mapping[str, Any] | None) -> bool:
+    """Whether a watched object holds anything the cache does not. The echo of kvtier's own
+    write does not (the cache took the write's response, and the reconcile that wrote it
+    decided from it), nor does an event lagging behind it: waking the tier again for those
+    would only repeat a decision."""
+    if cached is None:
+        return True
+    new, old = resource_version(obj), resource_version(cached)
+    return new is None or old is None or new > old
+
+
 def node_facts(node: Mapping[str, Any]) -> tuple[Any, ...]:
     """The parts of a node sizing depends on (heartbeats are not among them)."""
     status = node.get("status") or {}
@@ -135,6 +153,13 @@ class Cache:
         self, namespace: str, name: str
     ) -> dict[tuple[str, str | None, str], dict[str, Any]]:
         return dict(self.owned.get(tier_id(namespace, name), {}))
+
+    def owned_copy(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The cached copy of an object kvtier owns (matched by tier id label, kind, name)."""
+        meta = _meta(obj)
+        tid = (meta.get("labels") or {}).get(TIER_ID)
+        key = (str(obj.get("kind")), meta.get("namespace"), str(meta.get("name")))
+        return self.owned.get(tid, {}).get(key) if tid else None
 
     def set_owned(self, obj: dict[str, Any], deleted: bool) -> TierKey | None:
         """Track an object carrying a tier id label; returns the tier it belongs to."""

@@ -16,10 +16,10 @@ from kubernetes.client.exceptions import ApiException
 from kvtier import metrics
 from kvtier.api.tier import API_VERSION
 from kvtier.handlers.cache import VERSION_PREFERENCE, Cache, TierKey
+from kvtier.handlers.events import EventSender
 from kvtier.handlers.workqueue import WorkQueue
 from kvtier.kube.rest import Kube
-from kvtier.names import FIELD_MANAGER, FINALIZER
-from kvtier.policy.conditions import timestamp
+from kvtier.names import FINALIZER
 from kvtier.policy.decide import (
     DEFAULT_PROBE_IMAGE,
     Decision,
@@ -31,6 +31,7 @@ from kvtier.policy.decide import (
 )
 from kvtier.policy.provisioning import object_key, pending_writes, policy_writes, removal_writes
 from kvtier.render import DesiredWrite
+from kvtier.render.event import event_body
 
 log = logging.getLogger("kvtier.controller")
 STATUS_KEYS = (
@@ -79,7 +80,9 @@ class Controller:
         self.queue: WorkQueue[TierKey] = WorkQueue()
         self.workers = workers
         self.instance = socket.gethostname()
+        self.events = EventSender(kube)
         self._tasks: list[asyncio.Task[None]] = []
+        self._sender: asyncio.Task[None] | None = None
         # Set while this replica may act (it holds the Lease, or election is off).
         self.leading = asyncio.Event()
 
@@ -148,11 +151,16 @@ class Controller:
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._worker(i)) for i in range(self.workers)]
+        self._sender = asyncio.create_task(self.events.run())
 
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._sender is not None:
+            await self.events.flush(timeout=5.0)
+            self._sender.cancel()
+            await asyncio.gather(self._sender, return_exceptions=True)
 
     def enqueue(self, keys: list[TierKey]) -> None:
         for key in keys:
@@ -245,7 +253,7 @@ class Controller:
             await self._probe(tier, decision)
         updated = await self._write_status(tier, decision)
         for event in announce(decision.events, written):
-            await self._event(updated or tier, event)
+            self._event(updated or tier, event)
         metrics.observe_tier(namespace, name, tier, decision.status)
 
     def _rivals(self, key: TierKey, tier: Mapping[str, Any]) -> list[tuple[int, str, str]]:
@@ -287,11 +295,11 @@ class Controller:
                 done.append(w)
         except BaseException:
             for event in announce([], done):
-                await self._event(tier, event)
+                self._event(tier, event)
             raise
         if announce_done:
             for event in announce([], done):
-                await self._event(tier, event)
+                self._event(tier, event)
         return done
 
     async def _probe(self, tier: Mapping[str, Any], decision: Decision) -> None:
@@ -308,7 +316,7 @@ class Controller:
                 await asyncio.to_thread(self.kube.create, step.create)
                 metrics.WRITES.labels("create", "Job").inc()
                 metrics.PROBE_RUNS.inc()
-                await self._event(
+                self._event(
                     tier,
                     Event("Normal", "Probing", f"fio probe Job {step.create['metadata']['name']}"),
                 )
@@ -319,7 +327,7 @@ class Controller:
             metrics.PROBE_FAILURES.inc()
         if step.finished is not None and step.verdict is not None:
             kind = "Normal" if step.finished == "succeeded" else "Warning"
-            await self._event(tier, Event(kind, step.verdict.reason, step.verdict.message))
+            self._event(tier, Event(kind, step.verdict.reason, step.verdict.message))
         if step.requeue_after is not None:
             self.queue.add_after(key, step.requeue_after)
 
@@ -437,39 +445,9 @@ class Controller:
             self.cache.set_tier(key, updated)
         return updated
 
-    async def _event(self, obj: Mapping[str, Any], event: Event) -> None:
-        meta = obj["metadata"]
-        now = timestamp(datetime.now(UTC))
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": API_VERSION,
-                "kind": "KVCacheTier",
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "type": event.type,
-            "reason": event.reason,
-            "message": event.message[:1024],
-            "source": {"component": FIELD_MANAGER},
-            "reportingComponent": FIELD_MANAGER,
-            "reportingInstance": self.instance,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            await asyncio.to_thread(self.kube.create, body)
-            metrics.WRITES.labels("create", "Event").inc()
-        except ApiException as exc:  # an Event is best effort; the status already says it
-            log.warning(
-                "event %s for %s/%s not recorded: %s",
-                event.reason,
-                meta["namespace"],
-                meta["name"],
-                exc.status,
+    def _event(self, obj: Mapping[str, Any], event: Event) -> None:
+        self.events.send(
+            event_body(
+                obj, event.type, event.reason, event.message, self.instance, datetime.now(UTC)
             )
+        )

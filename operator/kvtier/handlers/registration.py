@@ -2,7 +2,7 @@
 
 Load with `kvtier operator`, or `kopf run -m kvtier.handlers.registration --all-namespaces`.
 kopf's change-detection handlers are not used, so kopf stores no progress or diff-base on
-user objects; its settings still point any such storage at kvcache.io/ keys.
+user objects, and its diff-base is not even computed (see WatchOnly).
 """
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
 from kvtier.api.tier import GROUP, VERSION
+from kvtier.handlers.cache import is_news
 from kvtier.handlers.controller import POLICY_KEY, Controller
 from kvtier.handlers.leader import LeaderElector
 from kvtier.kube.rest import Kube, load_client
@@ -27,16 +28,25 @@ ENV_LEADER_ELECT = "KVTIER_LEADER_ELECT"
 ENV_IMAGE = "KVTIER_IMAGE"  # the operator's own image, which probe Jobs run
 
 
+class WatchOnly(kopf.DiffBaseStorage):
+    """No diff base: kopf would deep-copy and diff every watched body for change-detection
+    handlers (on.create/update/field), which kvtier, level-based on raw events, has none of.
+    That copy was the largest share of the operator's CPU while it converged, CPU the API
+    server on the same cores needed."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return cast(kopf.BodyEssence, {})
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
+
+
 def _controller(memo: kopf.Memo) -> Controller:
     controller: Controller = memo["controller"]
     return controller
-
-
-def _rv(obj: dict[str, Any]) -> int:
-    try:
-        return int((obj.get("metadata") or {}).get("resourceVersion", "0"))
-    except ValueError:
-        return 0
 
 
 @kopf.on.login()
@@ -52,9 +62,7 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.persistence.finalizer = "kvcache.io/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kvcache.io")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="kvcache.io", key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = WatchOnly()
     settings.posting.enabled = False  # Events come from decisions, not from log lines
     settings.watching.server_timeout = 600
     settings.networking.error_backoffs = [1, 2, 5, 10, 20, 30]
@@ -95,11 +103,10 @@ async def tier_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     key = (meta.get("namespace", ""), meta.get("name", ""))
     if event["type"] == "DELETED":
         controller.cache.pop_tier(key)
+    elif is_news(obj, controller.cache.tiers.get(key)):
+        controller.cache.set_tier(key, obj)
     else:
-        cached = controller.cache.tiers.get(key)
-        # Our own status write may already be newer than this (lagging) event.
-        if cached is None or _rv(obj) >= _rv(cached):
-            controller.cache.set_tier(key, obj)
+        return
     controller.queue.add(key)
     # Tiers naming the same target decide together which one applies.
     ref = (obj.get("spec") or {}).get("targetRef") or {}
@@ -127,8 +134,10 @@ async def _target_event(kind: str, event: kopf.RawEvent, memo: kopf.Memo) -> Non
     version = str(obj.get("apiVersion", ""))
     if event["type"] == "DELETED":
         controller.cache.forget_target(key, version)
-    else:
+    elif is_news(obj, controller.cache.targets.get(key, {}).get(version)):
         controller.cache.set_target(key, version, obj)
+    else:
+        return
     controller.enqueue(controller.cache.tiers_for_target(*key))
 
 
@@ -183,12 +192,19 @@ async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
 MANAGED = {"app.kubernetes.io/managed-by": "kvtier"}
 
 
+def _owned(controller: Controller, obj: dict[str, Any], event: kopf.RawEvent) -> None:
+    deleted = event["type"] == "DELETED"
+    if not deleted and not is_news(obj, controller.cache.owned_copy(obj)):
+        return
+    key = controller.cache.set_owned(obj, deleted=deleted)
+    if key is not None:
+        controller.queue.add(key)
+
+
 async def _owned_event(kind: str, event: kopf.RawEvent, memo: kopf.Memo) -> None:
     controller = _controller(memo)
     obj: dict[str, Any] = {**dict(event["object"]), "apiVersion": "v1", "kind": kind}
-    key = controller.cache.set_owned(obj, deleted=event["type"] == "DELETED")
-    if key is not None:
-        controller.queue.add(key)
+    _owned(controller, obj, event)
 
 
 @kopf.on.event("", "v1", "persistentvolumes", labels=MANAGED)
@@ -221,9 +237,7 @@ async def ceph_filesystem_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any)
 async def job_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     controller = _controller(memo)
     obj: dict[str, Any] = {**dict(event["object"]), "apiVersion": "batch/v1", "kind": "Job"}
-    key = controller.cache.set_owned(obj, deleted=event["type"] == "DELETED")
-    if key is not None:
-        controller.queue.add(key)
+    _owned(controller, obj, event)
 
 
 @kopf.on.event("", "v1", "pods", labels={PROBE_TIER: kopf.PRESENT})
