@@ -361,17 +361,17 @@ class Bench:
         resource_version = None
         while time.monotonic() < deadline:
             if resource_version is None:
-                listed = self.admin.list(TIER_API, "KVCacheTier", namespace)
-                ready = {t["metadata"]["name"] for t in listed if is_ready(t)}
-                resource_version = self.admin.request(
-                    "GET",
-                    f"/apis/{TIER_API}/namespaces/{namespace}/kvcachetiers",
-                    query={"limit": "1"},
-                )["metadata"]["resourceVersion"]
+                # One LIST gives the state and the version to watch from: nothing between.
+                listed = self.admin.request(
+                    "GET", f"/apis/{TIER_API}/namespaces/{namespace}/kvcachetiers"
+                )
+                ready = {t["metadata"]["name"] for t in listed["items"] if is_ready(t)}
+                resource_version = listed["metadata"]["resourceVersion"]
             if len(ready) >= count:
                 return time.monotonic() - started
             if not alive():
                 raise RuntimeError(f"process exited with {len(ready)}/{count} tiers Ready")
+            seen = 0
             try:
                 for event in watch.Watch().stream(  # type: ignore[no-untyped-call]
                     api.list_namespaced_custom_object,
@@ -382,6 +382,7 @@ class Bench:
                     resource_version=resource_version,
                     timeout_seconds=2,  # come back to check the deadline and the process
                 ):
+                    seen += 1
                     obj = event["object"]
                     resource_version = obj["metadata"]["resourceVersion"]
                     name = obj["metadata"]["name"]
@@ -395,6 +396,8 @@ class Bench:
                 if exc.status != 410:
                     raise
                 resource_version = None  # too old: list again
+            if not seen:
+                resource_version = None  # a quiet round: check against a fresh LIST
         raise RuntimeError(f"{namespace}: only {len(ready)}/{count} tiers Ready in time")
 
     def run_operator(

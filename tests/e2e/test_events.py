@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from kubernetes import client
 from prometheus_client import REGISTRY
 
-from kvtier.handlers.events import EventSender
+from kvtier.handlers.events import EventBudget, EventSender
 from kvtier.kube.rest import Kube
 from kvtier.render.event import event_body
 from tests.e2e.kube_helpers import events_for, new_namespace
@@ -52,3 +52,24 @@ def test_sender_delivers_in_order_and_drops_what_it_cannot_send(
     assert [e.reason for e in events] == ["Step0", "Step1", "Step2", "After"]
     assert {e.reporting_component for e in events} == {"kvtier-operator"}
     assert _dropped() - before == 2  # the refused one and the overflow
+
+
+def test_a_tier_over_its_budget_records_no_more(
+    admin_api: client.ApiClient, operator_api: client.ApiClient
+) -> None:
+    ns = new_namespace(admin_api, "events")
+    before = _dropped()
+
+    async def scenario() -> None:
+        sender = EventSender(Kube(operator_api), budget=EventBudget(burst=2))
+        task = asyncio.create_task(sender.run())
+        for i in range(5):
+            sender.send(event_body(_tier(ns, "noisy"), "Normal", f"Round{i}", "m", "i", NOW))
+        sender.send(event_body(_tier(ns, "calm"), "Normal", "Once", "m", "i", NOW))
+        await sender.flush(timeout=30)
+        task.cancel()
+
+    asyncio.run(scenario())
+    assert sorted(e.reason for e in events_for(admin_api, ns, "noisy")) == ["Round0", "Round1"]
+    assert [e.reason for e in events_for(admin_api, ns, "calm")] == ["Once"]
+    assert _dropped() - before == 3

@@ -207,6 +207,7 @@ class Controller:
         tier = self.cache.tiers.get(key)
         if tier is None:
             metrics.forget_tier(namespace, name)
+            self.events.budget.forget(key)
             return
         if (tier.get("metadata") or {}).get("deletionTimestamp"):
             await self._take_back(tier, deleting=True)
@@ -249,9 +250,14 @@ class Controller:
             decision = decide(facts)
         elif decision.mode != "Apply" and FINALIZER in finalizers:
             await self._take_back(tier, deleting=False)  # Apply → Plan
-        if decision.mode == "Apply" and decision.probe is not None:
-            await self._probe(tier, decision)
-        updated = await self._write_status(tier, decision)
+        try:
+            if decision.mode == "Apply" and decision.probe is not None:
+                await self._probe(tier, decision)
+            updated = await self._write_status(tier, decision)
+        except BaseException:
+            for event in announce([], written):  # they happened; the rest is retried
+                self._event(tier, event)
+            raise
         for event in announce(decision.events, written):
             self._event(updated or tier, event)
         metrics.observe_tier(namespace, name, tier, decision.status)
