@@ -10,6 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.convergence import (
+    LAYERS,
     Phase,
     Run,
     count_writes,
@@ -19,6 +20,7 @@ from bench.convergence import (
     median_run,
     parse_audit,
     per_tier,
+    profile_layers,
     ratio,
     summarize_profile,
     tier_body,
@@ -105,19 +107,40 @@ def test_profile_summary(tmp_path: Path) -> None:
     assert "4 samples" in text and "75.0%  work (a.py:5)" in text
 
 
-def test_gap_text_attributes_the_time_to_events_cpu_and_the_start() -> None:
-    floor = Phase(seconds=10.0, writes=Counter({("patch", "x"): 1000}), cpu_seconds=2.0)
+def test_gap_text_puts_the_gap_in_the_operator_cpu_and_its_start() -> None:
+    floor = Phase(
+        seconds=10.0,
+        writes=Counter({("patch", "x"): 1000}),
+        cpu_seconds=2.0,
+        server_cpu_seconds=9.5,
+    )
     operator = Phase(
         seconds=25.0,
         writes=Counter({("patch", "x"): 1000, ("create", "events"): 500}),
         cpu_seconds=16.0,
         server_cpu_seconds=9.0,
     )
-    text = gap_text([Run("Apply", 250, operator, floor, Phase(), 0)], cores=2)
-    assert "2.50×" in text and "100 writes/s" in text
-    assert "that is 5.0 s" in text  # 500 Events at 100 writes/s
-    assert "extra 14.0 CPU-s cost about 7.0 s" in text  # on 2 cores
-    assert "remaining 3.0 s" in text  # 25 - 10 - 5 - 7
+    layers = [(LAYERS[1][0], 0.25), (LAYERS[0][0], 0.10), ("other", 0.65)]
+    text = gap_text([Run("Apply", 250, operator, floor, Phase(), 0)], cores=2, layers=layers)
+    assert "2.50×" in text and "2.00 Event per tier" in text
+    assert "used 9.0 CPU-s during the kvtier run and 9.5 during the floor's" in text
+    assert "extra 14.0 CPU-s cost about 7.0 s; the other 8.0 s" in text  # 25 - 10 - 14 / 2
+    assert "leave the operator 6.0 CPU-s beyond the floor's" in text  # 0.3 x 10 s x 2 cores
+    assert "was 35% of the operator's CPU (about 5.6 CPU-s)" in text
+
+
+def test_profile_layers_put_each_sample_in_its_first_layer(tmp_path: Path) -> None:
+    collapsed = tmp_path / "operator.collapsed"
+    collapsed.write_text(
+        "main;worker (kopf/_core/reactor/queueing.py:1);handler (kvtier/policy/decide.py:9) 3\n"
+        "main;reconcile;decide (kvtier/policy/decide.py:9) 5\n"
+        "main;select (selectors.py:1) 2\n"
+    )
+    assert profile_layers(collapsed) == [
+        ("kvtier: deciding (sizing, rendering, conditions)", 0.5),
+        ("kopf: dispatching watch events to kvtier's handlers", 0.3),
+        ("other", 0.2),
+    ]
 
 
 def test_gap_text_says_when_the_goal_is_met() -> None:
