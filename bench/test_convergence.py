@@ -123,10 +123,25 @@ def test_gap_text_puts_the_gap_in_the_operator_cpu_and_its_start() -> None:
     layers = [(LAYERS[1][0], 0.25), (LAYERS[0][0], 0.10), ("other", 0.65)]
     text = gap_text([Run("Apply", 250, operator, floor, Phase(), 0)], cores=2, layers=layers)
     assert "2.50×" in text and "2.00 Event per tier" in text
-    assert "used 9.0 CPU-s during the kvtier run and 9.5 during the floor's" in text
-    assert "extra 14.0 CPU-s cost about 7.0 s; the other 8.0 s" in text  # 25 - 10 - 14 / 2
-    assert "leave the operator 6.0 CPU-s beyond the floor's" in text  # 0.3 x 10 s x 2 cores
+    assert "used 9.0 CPU-s during the kvtier run and 9.5 during the floor's (-0.5" in text
+    assert "used 16.0 CPU-s, the floor 2.0 (+14.0)" in text
+    # The API server's saving does not offset the operator's cost: 14 CPU-s on 2 cores.
+    assert "Together that is 14.0 CPU-s, about 7.0 s on 2 cores; the other 8.0 s" in text
+    assert "1.3× leaves 6.0 CPU-s beyond the floor's" in text  # 0.3 x 10 s x 2 cores
     assert "was 35% of the operator's CPU (about 5.6 CPU-s)" in text
+
+
+def test_gap_text_counts_the_api_server_extra_work_too() -> None:
+    floor = Phase(10.0, Counter({("patch", "x"): 1000}), cpu_seconds=2.0, server_cpu_seconds=9.0)
+    operator = Phase(
+        13.2,
+        Counter({("patch", "x"): 1000}),
+        cpu_seconds=6.0,
+        server_cpu_seconds=11.4,
+    )
+    text = gap_text([Run("Apply", 250, operator, floor, Phase(), 0)], cores=2)
+    assert "(+2.4: the Events" in text
+    assert "Together that is 6.4 CPU-s, about 3.2 s on 2 cores; that is the whole gap" in text
 
 
 def test_profile_layers_put_each_sample_in_its_first_layer(tmp_path: Path) -> None:
