@@ -68,6 +68,7 @@ def status_patch(
 
 
 POLICY_KEY: TierKey = ("", "KVCachePolicy")  # tiers always have a namespace
+FOLLOW_UP_SECONDS = 2.0
 
 
 class Controller:
@@ -260,6 +261,11 @@ class Controller:
             raise
         for event in announce(decision.events, written):
             self._event(updated or tier, event)
+        if written:
+            # The watch echo of kvtier's own writes no longer wakes the tier (cache.is_news):
+            # look once more when the cluster has settled, as the echo used to, so a decision
+            # made from a view the writes left behind is never the last one.
+            self.queue.add_after(key, FOLLOW_UP_SECONDS)
         metrics.observe_tier(namespace, name, tier, decision.status)
 
     def _rivals(self, key: TierKey, tier: Mapping[str, Any]) -> list[tuple[int, str, str]]:
