@@ -256,11 +256,9 @@ class Controller:
                 await self._probe(tier, decision)
             updated = await self._write_status(tier, decision)
         except BaseException:
-            for event in announce([], written):  # they happened; the rest is retried
-                self._event(tier, event)
+            self._announce(tier, [], written)  # they happened; the rest is retried
             raise
-        for event in announce(decision.events, written):
-            self._event(updated or tier, event)
+        self._announce(updated or tier, decision.events, written)
         if written:
             # The watch echo of kvtier's own writes no longer wakes the tier (cache.is_news):
             # look once more when the cluster has settled, as the echo used to, so a decision
@@ -306,12 +304,10 @@ class Controller:
                         self.cache.remember_written(written)
                 done.append(w)
         except BaseException:
-            for event in announce([], done):
-                self._event(tier, event)
+            self._announce(tier, [], done)
             raise
         if announce_done:
-            for event in announce([], done):
-                self._event(tier, event)
+            self._announce(tier, [], done)
         return done
 
     async def _probe(self, tier: Mapping[str, Any], decision: Decision) -> None:
@@ -456,6 +452,12 @@ class Controller:
         if updated and key in self.cache.tiers:
             self.cache.set_tier(key, updated)
         return updated
+
+    def _announce(
+        self, obj: Mapping[str, Any], events: list[Event], written: list[DesiredWrite]
+    ) -> None:
+        for event in announce(events, written):
+            self._event(obj, event)
 
     def _event(self, obj: Mapping[str, Any], event: Event) -> None:
         self.events.send(
