@@ -325,6 +325,43 @@ def test_llmisvc_v1alpha1_gets_additional_args(admin_api: client.ApiClient, ns: 
     assert config["kv_connector"] == "OffloadingConnector"
     assert "kvCacheOffloading" not in patched["spec"]
 
+    # Both versions are served, one is watched (the API server counts the watches); a
+    # change the tier's own version shows is still seen, read through that version.
+    assert llmisvc_watches(admin_api) == {"v1alpha2": 1}
+    _custom(admin_api).patch_namespaced_custom_object(
+        "serving.kserve.io",
+        "v1alpha1",
+        ns,
+        "llminferenceservices",
+        "gpt-oss",
+        {"spec": {"replicas": 3}},
+    )
+    eventually(
+        lambda: (
+            "3 replica(s)" in condition_message(get_tier(admin_api, ns, "gptoss"), "TargetFound")
+        ),
+        30,
+        "the tier sees the new replica count",
+    )
+
+
+def llmisvc_watches(api: client.ApiClient) -> dict[str, int]:
+    """Open LLMInferenceService watches by version, from kube-apiserver's own metrics."""
+    _, url, headers, _, _ = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    text = api.call_api("GET", url, header_params=headers).read().decode()  # type: ignore[no-untyped-call]
+    watches: dict[str, int] = {}
+    for line in text.splitlines():
+        if (
+            line.startswith("apiserver_longrunning_requests{")
+            and 'resource="llminferenceservices"' in line
+            and 'verb="WATCH"' in line
+        ):
+            version = line.split('version="', 1)[1].split('"', 1)[0]
+            count = int(float(line.rsplit(" ", 1)[1]))
+            if count:
+                watches[version] = watches.get(version, 0) + count
+    return watches
+
 
 def test_user_kv_transfer_config_is_a_conflict(admin_api: client.ApiClient, ns: str) -> None:
     own = inference_service("own-config", tp=4, model_uri="hf://meta-llama/Llama-3.1-70B-Instruct")

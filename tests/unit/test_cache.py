@@ -98,3 +98,25 @@ def test_owned_copy_finds_what_a_write_left_in_the_cache() -> None:
     assert cache.owned_copy(echo) is written
     assert not is_news(echo, cache.owned_copy(echo))
     assert cache.owned_copy({"kind": "PersistentVolume", **_at("9", name="other")}) is None
+
+
+def test_a_version_no_watch_feeds_is_read_when_missing_or_behind() -> None:
+    cache = Cache()
+    key = ("LLMInferenceService", "a", "gpt")
+    v1, v2 = "serving.kserve.io/v1alpha1", "serving.kserve.io/v1alpha2"
+    cache.watched = {"LLMInferenceService": v2}
+    ref = {"kind": "LLMInferenceService", "name": "gpt"}
+    plain = {"metadata": {"namespace": "a"}, "spec": {"targetRef": ref}}
+    pinned = {"metadata": {"namespace": "a"}, "spec": {"targetRef": {**ref, "apiVersion": v1}}}
+    assert cache.unwatched_version(pinned) is None  # no such object as far as the watch knows
+    cache.set_target(key, v2, {"apiVersion": v2, **_at("7")})
+    assert cache.unwatched_version(plain) is None  # the watched version itself
+    assert cache.unwatched_version(pinned) == v1  # never read
+    cache.set_target(key, v1, {"apiVersion": v1, **_at("7")})
+    assert cache.unwatched_version(pinned) is None  # read at the watched version
+    cache.set_target(key, v2, {"apiVersion": v2, **_at("9")})
+    assert cache.unwatched_version(pinned) == v1  # the object changed since
+    cache.watched = {}
+    assert cache.unwatched_version(pinned) is None  # every version watched: nothing to read
+    cache.forget_target(key)
+    assert key not in cache.targets  # deleted: every version's view goes

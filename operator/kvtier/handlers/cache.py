@@ -73,6 +73,10 @@ class Cache:
 
     # kind → API versions the cluster serves for it (from discovery at start).
     served: dict[str, set[str]] = field(default_factory=dict)
+    # kind → the one version a watch feeds, for kinds served in several (each version is a
+    # view of the same object, so one watch sees every change). A kind not here is watched
+    # in every version.
+    watched: dict[str, str] = field(default_factory=dict)
     # Reverse indexes, so a change wakes its tiers without scanning them all.
     _by_target: dict[TargetKey, set[TierKey]] = field(default_factory=dict)
     _by_configmap: dict[TierKey, set[TierKey]] = field(default_factory=dict)
@@ -117,11 +121,26 @@ class Cache:
     def set_target(self, key: TargetKey, api_version: str, obj: dict[str, Any]) -> None:
         self.targets.setdefault(key, {})[api_version] = obj
 
-    def forget_target(self, key: TargetKey, api_version: str) -> None:
-        versions = self.targets.get(key, {})
-        versions.pop(api_version, None)
-        if not versions:
-            self.targets.pop(key, None)
+    def forget_target(self, key: TargetKey) -> None:
+        """The object is gone, and with it every version's view of it."""
+        self.targets.pop(key, None)
+
+    def unwatched_version(self, tier: Mapping[str, Any]) -> str | None:
+        """The version the tier reads when no watch feeds that version and its cached view is
+        missing or older than the watched one: it has to be read (GET) before deciding."""
+        ref = (tier.get("spec") or {}).get("targetRef") or {}
+        kind = str(ref.get("kind", ""))
+        wanted = ref.get("apiVersion")
+        fed = self.watched.get(kind)
+        if not wanted or fed is None or wanted == fed:
+            return None
+        versions = self.targets.get((kind, _meta(tier).get("namespace", ""), ref.get("name", "")))
+        if not versions or fed not in versions:
+            return None  # the object does not exist (as far as the watch knows)
+        view = versions.get(wanted)
+        if view is not None and resource_version(view) == resource_version(versions[fed]):
+            return None
+        return str(wanted)
 
     def target_for(self, tier: Mapping[str, Any]) -> dict[str, Any] | None:
         """The target as the version the tier names, else the newest version the cluster

@@ -96,7 +96,7 @@ class Controller:
         # Like controller-runtime's WaitForCacheSync: deciding on a half-filled cache would
         # report a target as missing only to correct it a moment later (two writes, an Event).
         try:
-            self.cache.served = await asyncio.to_thread(self._served_versions)
+            self.cache.served = await asyncio.to_thread(self.served_versions)
             want = await asyncio.to_thread(self._listed_counts)
         except Exception as exc:  # the API may be restarting: start anyway, the watch catches up
             log.warning("cache sync check skipped: %s", exc)
@@ -110,7 +110,7 @@ class Controller:
         self.queue.add(POLICY_KEY)
         self.enqueue(self.cache.tier_keys())
 
-    def _served_versions(self) -> dict[str, set[str]]:
+    def served_versions(self) -> dict[str, set[str]]:
         """Which versions of the target kinds this cluster serves (API discovery)."""
         served: dict[str, set[str]] = {}
         for group_version in VERSION_PREFERENCE:
@@ -224,7 +224,7 @@ class Controller:
         facts = Facts(
             tier=tier,
             policy=self.cache.policy,
-            target=self.cache.target_for(tier),
+            target=await self._target(tier),
             config_map=config_map,
             nodes=list(self.cache.nodes.values()),
             now=datetime.now(UTC),
@@ -265,6 +265,21 @@ class Controller:
             # made from a view the writes left behind is never the last one.
             self.queue.add_after(key, FOLLOW_UP_SECONDS)
         metrics.observe_tier(namespace, name, tier, decision.status)
+
+    async def _target(self, tier: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The target as the tier's version shows it; a version no watch feeds is read."""
+        version = self.cache.unwatched_version(tier)
+        if version is not None:
+            meta, ref = tier["metadata"], tier["spec"]["targetRef"]
+            view = await asyncio.to_thread(
+                self.kube.get, version, ref["kind"], ref["name"], meta["namespace"]
+            )
+            key = (ref["kind"], meta["namespace"], ref["name"])
+            if view is None:  # that version is not served (any more): no target
+                self.cache.targets.get(key, {}).pop(version, None)
+            else:
+                self.cache.set_target(key, version, view)
+        return self.cache.target_for(tier)
 
     def _rivals(self, key: TierKey, tier: Mapping[str, Any]) -> list[tuple[int, str, str]]:
         """Other Apply-mode tiers naming the same target, as claim keys."""
@@ -371,7 +386,7 @@ class Controller:
         if FINALIZER not in (meta.get("finalizers") or []):
             return
         owned = self.cache.owned_for(namespace, name)
-        target = self.cache.target_for(tier)
+        target = await self._target(tier)
         retention = self._claim_retention(tier)
         # Pods go with their Job; kvtier never deletes pods itself.
         removable = [o for o in owned.values() if o.get("kind") != "Pod"]

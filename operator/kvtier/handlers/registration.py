@@ -21,6 +21,8 @@ from kvtier.handlers.leader import LeaderElector
 from kvtier.kube.rest import Kube, load_client
 from kvtier.render.probe_job import PROBE_TIER
 
+log = logging.getLogger("kvtier.registration")
+
 ENV_KUBECONFIG = "KVTIER_KUBECONFIG"
 ENV_WORKERS = "KVTIER_WORKERS"
 ENV_NAMESPACE = "KVTIER_NAMESPACE"  # where the leader-election Lease lives
@@ -73,6 +75,16 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         probe_image=os.environ.get(ENV_IMAGE),
     )
     memo["controller"] = controller
+    # kopf starts watching after startup: choose the watched versions first.
+    try:
+        controller.cache.served = await asyncio.to_thread(controller.served_versions)
+    except Exception as exc:  # the API may be restarting: every version is watched then
+        log.warning("API discovery failed, watching every target version: %s", exc)
+    controller.cache.watched = WATCHED
+    WATCHED.clear()
+    preferred = controller.cache.preferred_version("LLMInferenceService")
+    if preferred is not None:
+        WATCHED["LLMInferenceService"] = preferred
     controller.start()
     if os.environ.get(ENV_LEADER_ELECT, "1") == "1":
         elector = LeaderElector(
@@ -133,7 +145,7 @@ async def _target_event(kind: str, event: kopf.RawEvent, memo: kopf.Memo) -> Non
     key = (kind, meta.get("namespace", ""), meta.get("name", ""))
     version = str(obj.get("apiVersion", ""))
     if event["type"] == "DELETED":
-        controller.cache.forget_target(key, version)
+        controller.cache.forget_target(key)
     elif is_news(obj, controller.cache.targets.get(key, {}).get(version)):
         controller.cache.set_target(key, version, obj)
     else:
@@ -146,19 +158,23 @@ async def inference_service_event(event: kopf.RawEvent, memo: kopf.Memo, **_: An
     await _target_event("InferenceService", event, memo)
 
 
-# The group's preferred version is InferenceService's v1beta1, which LLMInferenceService does
-# not serve, so each of its versions is watched by name; a cluster may serve either.
-@kopf.on.event("serving.kserve.io", "v1alpha2", "llminferenceservices")
-async def llm_inference_service_v1alpha2_event(
-    event: kopf.RawEvent, memo: kopf.Memo, **_: Any
-) -> None:
-    await _target_event("LLMInferenceService", event, memo)
+# kind → the one version watched, for kinds served in several; filled at startup (kopf
+# watches only after it). Each version is a view of the same object, so one watch sees every
+# change, at half the events of watching two; a tier naming another version reads it.
+WATCHED: dict[str, str] = {}
 
 
-@kopf.on.event("serving.kserve.io", "v1alpha1", "llminferenceservices")
-async def llm_inference_service_v1alpha1_event(
-    event: kopf.RawEvent, memo: kopf.Memo, **_: Any
-) -> None:
+def _watched_llmisvc(resource: kopf.Resource) -> bool:
+    # By version, not by group: the group's preferred version is InferenceService's v1beta1,
+    # which LLMInferenceService does not serve.
+    if (resource.group, resource.plural) != ("serving.kserve.io", "llminferenceservices"):
+        return False
+    chosen = WATCHED.get("LLMInferenceService")
+    return chosen is None or chosen == f"{resource.group}/{resource.version}"
+
+
+@kopf.on.event(_watched_llmisvc)
+async def llm_inference_service_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     await _target_event("LLMInferenceService", event, memo)
 
 
