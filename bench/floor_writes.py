@@ -1,11 +1,17 @@
-"""The bare-write floor: the minimum API writes per tier, from a bare Python script.
+"""The bare-write floors: the minimum API writes per tier, from a bare Python script.
 
 Reads a JSON plan written by bench/convergence.py, ``{"workers": 4, "tiers": [[write, ...],
-...]}``, where each write is ``{"op": "apply", "body": {...}}`` (server-side apply with
-kvtier's field manager) or ``{"op": "status", "namespace", "name", "status"}`` (merge patch of
-the status subresource). Each tier's writes run in order; ``workers`` tiers run at once, as the
-operator's workers do. It goes through the same REST layer as the operator (kvtier.kube.rest),
-so the difference to the operator is everything except the HTTP requests themselves.
+...], "watch": [...]}``, where each write is ``{"op": "apply", "body": {...}}`` (server-side
+apply with kvtier's field manager), ``{"op": "status", "namespace", "name", "status"}`` (merge
+patch of the status subresource) or ``{"op": "create", "body": {...}}`` (a POST, for Events).
+Each tier's writes run in order; ``workers`` tiers run at once, as the operator's workers do.
+It goes through the same REST layer as the operator (kvtier.kube.rest), so the difference to
+the operator is everything except the HTTP requests themselves.
+
+With ``watch`` (floor (c), the controller floor) it first LISTs each ``{"path",
+"labelSelector"}`` and then holds a watch on it, decoding every event, in a thread of its own,
+as any controller must to learn of the objects it reconciles; the writes start once every
+LIST is in (a controller's cache sync). No framework, no decisions.
 """
 
 from __future__ import annotations
@@ -13,10 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import urllib3
 
 from kvtier.kube.rest import Kube, load_client
 
@@ -34,9 +43,49 @@ def perform(kube: Kube, writes: list[dict[str, Any]]) -> int:
                 w["status"],
                 None,
             )
+        elif w["op"] == "create":
+            kube.create(w["body"])
         else:
             raise ValueError(f"unknown write {w['op']!r}")
     return len(writes)
+
+
+def watch(kube: Kube, path: str, selector: str | None, listed: threading.Barrier) -> None:
+    """LIST, then stream the watch from the LIST's version, decoding each event into a
+    cache keyed by name (what an informer keeps)."""
+    query = {"labelSelector": selector} if selector else {}
+    out = kube.request("GET", path, query=query)
+    cache = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in out["items"]}
+    listed.wait()
+    params = {
+        **query,
+        "watch": "true",
+        "resourceVersion": out["metadata"]["resourceVersion"],
+        "allowWatchBookmarks": "true",
+        "timeoutSeconds": "600",
+    }
+    _, url, headers, _, _ = kube.api.param_serialize(
+        "GET",
+        path,
+        query_params=list(params.items()),
+        header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"],
+    )
+    resp = kube.api.rest_client.pool_manager.request(
+        "GET", url, headers=headers, preload_content=False, timeout=urllib3.Timeout(connect=10)
+    )
+    pending = b""
+    for chunk in resp.stream(65536):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            event = json.loads(line)
+            obj = event["object"]
+            key = (obj["metadata"].get("namespace"), obj["metadata"]["name"])
+            if event["type"] == "DELETED":
+                cache.pop(key, None)
+            elif event["type"] != "BOOKMARK":
+                cache[key] = obj
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,6 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     plan = json.loads(args.plan.read_text())
     kube = Kube(load_client(args.kubeconfig))
     started = time.monotonic()
+    watches = plan.get("watch") or []
+    listed = threading.Barrier(len(watches) + 1)
+    for w in watches:
+        threading.Thread(
+            target=watch, args=(kube, w["path"], w.get("labelSelector"), listed), daemon=True
+        ).start()
+    if watches:
+        listed.wait(timeout=60)
     with ThreadPoolExecutor(max_workers=int(plan["workers"])) as pool:
         done = sum(pool.map(lambda tier: perform(kube, tier), plan["tiers"]))
     print(f"floor: {done} writes in {time.monotonic() - started:.2f}s", file=sys.stderr)

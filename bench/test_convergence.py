@@ -92,6 +92,23 @@ def test_floor_writes_mirror_the_operator_result() -> None:
     assert writes[2]["body"]["metadata"]["namespace"] == "floor"
     assert is_ready({"status": writes[3]["status"]})
     assert [w["op"] for w in floor_writes_for(tier, "floor", "Plan")] == ["status"]
+    event = {
+        "metadata": {"name": "tier-0.1", "namespace": "op", "uid": "e"},
+        "involvedObject": {"kind": "KVCacheTier", "name": "tier-0", "namespace": "op", "uid": "u"},
+        "reason": "Applied",
+        "message": "3 write(s)",
+        "eventTime": None,
+    }
+    copied = floor_writes_for(tier, "floor", "Apply", [event])[-1]
+    assert copied["op"] == "create"
+    assert copied["body"]["apiVersion"] == "v1" and copied["body"]["kind"] == "Event"
+    assert copied["body"]["metadata"] == {"generateName": "tier-0.", "namespace": "floor"}
+    assert copied["body"]["involvedObject"] == {
+        "kind": "KVCacheTier",
+        "name": "tier-0",
+        "namespace": "floor",
+    }
+    assert copied["body"]["reason"] == "Applied" and "eventTime" not in copied["body"]
 
 
 def test_workload_and_ratio() -> None:
@@ -107,41 +124,34 @@ def test_profile_summary(tmp_path: Path) -> None:
     assert "4 samples" in text and "75.0%  work (a.py:5)" in text
 
 
-def test_gap_text_puts_the_gap_in_the_operator_cpu_and_its_start() -> None:
-    floor = Phase(
-        seconds=10.0,
-        writes=Counter({("patch", "x"): 1000}),
-        cpu_seconds=2.0,
-        server_cpu_seconds=9.5,
-    )
-    operator = Phase(
-        seconds=25.0,
-        writes=Counter({("patch", "x"): 1000, ("create", "events"): 500}),
-        cpu_seconds=16.0,
-        server_cpu_seconds=9.0,
-    )
-    layers = [(LAYERS[1][0], 0.25), (LAYERS[0][0], 0.10), ("other", 0.65)]
-    text = gap_text([Run("Apply", 250, operator, floor, Phase(), 0)], cores=2, layers=layers)
-    assert "2.50×" in text and "2.00 Event per tier" in text
-    assert "used 9.0 CPU-s during the kvtier run and 9.5 during the floor's (-0.5" in text
-    assert "used 16.0 CPU-s, the floor 2.0 (+14.0)" in text
-    # The API server's saving does not offset the operator's cost: 14 CPU-s on 2 cores.
-    assert "Together that is 14.0 CPU-s, about 7.0 s on 2 cores; the other 8.0 s" in text
-    assert "1.3× leaves 6.0 CPU-s beyond the floor's" in text  # 0.3 x 10 s x 2 cores
-    assert "was 35% of the operator's CPU (about 5.6 CPU-s)" in text
+def _gap_run(controller_seconds: float) -> Run:
+    floor = Phase(10.0, Counter({("patch", "x"): 1000}), cpu_seconds=2.0, server_cpu_seconds=9.5)
+    writes = Counter({("patch", "x"): 1000, ("create", "events"): 250})
+    controller = Phase(controller_seconds, writes, cpu_seconds=3.0, server_cpu_seconds=10.0)
+    operator = Phase(16.0, writes + Counter({("update", "leases"): 2}), cpu_seconds=10.0)
+    operator.server_cpu_seconds = 11.5
+    return Run("Apply", 250, operator, floor, Phase(), controller, 0, ratios=(1.5, 1.6, 1.9))
 
 
-def test_gap_text_counts_the_api_server_extra_work_too() -> None:
-    floor = Phase(10.0, Counter({("patch", "x"): 1000}), cpu_seconds=2.0, server_cpu_seconds=9.0)
-    operator = Phase(
-        13.2,
-        Counter({("patch", "x"): 1000}),
-        cpu_seconds=6.0,
-        server_cpu_seconds=11.4,
-    )
-    text = gap_text([Run("Apply", 250, operator, floor, Phase(), 0)], cores=2)
-    assert "(+2.4: the Events" in text
-    assert "Together that is 6.4 CPU-s, about 3.2 s on 2 cores; that is the whole gap" in text
+def test_gap_text_measures_kvtier_against_the_controller_floor() -> None:
+    layers = [(LAYERS[1][0], 0.30), (LAYERS[2][0], 0.20), (LAYERS[0][0], 0.05), ("other", 0.45)]
+    text = gap_text([_gap_run(11.0)], cores=2, layers=layers)
+    assert "kvtier 16.0 s, floor (a) 10.0 s (1.60×; every run: 1.50×, 1.60×, 1.90×)" in text
+    assert "1.3× is 13.0 s" in text
+    assert "1.00 per tier, copies of kvtier's" in text  # 250 Events over 250 tiers
+    assert "It took 11.0 s, 1.10× of floor (a)" in text
+    assert "1.3× leaves 2.0 s beyond floor (c), 4.0 CPU-s on 2 cores" in text
+    assert "kvtier took 5.0 s more than floor (c) (1.45×)" in text
+    assert "used 10.0 CPU-s, floor (c) 3.0 (+7.0); kube-apiserver and etcd 11.5 and 10.0" in text
+    # Dispatching (30 % of 10 CPU-s) is beyond what floor (c) pays; receiving it pays too.
+    assert "kopf dispatching watch events, 30%, is about 3.0 CPU-s" in text
+    assert "kvtier's decisions, 20%, about 2.0" in text
+    assert "together 5.0 CPU-s, are more than the 4.0 CPU-s" in text
+
+
+def test_gap_text_says_when_the_controller_floor_is_beyond_the_goal() -> None:
+    text = gap_text([_gap_run(13.5)], cores=2)
+    assert "the goal is below the controller floor itself" in text
 
 
 def test_profile_layers_put_each_sample_in_its_first_layer(tmp_path: Path) -> None:
@@ -161,12 +171,14 @@ def test_profile_layers_put_each_sample_in_its_first_layer(tmp_path: Path) -> No
 def test_gap_text_says_when_the_goal_is_met() -> None:
     floor = Phase(seconds=10.0, writes=Counter({("patch", "x"): 1000}))
     operator = Phase(seconds=12.0, writes=Counter({("patch", "x"): 1000, ("create", "events"): 5}))
-    assert "Within the 1.3× goal" in gap_text([Run("Apply", 10, operator, floor, Phase(), 0)])
+    assert "Within the 1.3× goal" in gap_text(
+        [Run("Apply", 10, operator, floor, Phase(), Phase(), 0)]
+    )
 
 
 def test_the_median_repetition_is_reported_whole_with_every_ratio() -> None:
     def run(kvtier: float, floor: float) -> Run:
-        return Run("Apply", 10, Phase(kvtier), Phase(floor), Phase(1.0), 1)
+        return Run("Apply", 10, Phase(kvtier), Phase(floor), Phase(1.0), Phase(1.0), 1)
 
     first = run(30, 10)
     first.operator.idle_per_minute = 0.0  # only the first run watches the idle window

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import datetime
 from decimal import Decimal
@@ -59,8 +60,10 @@ def validations(*rules: dict[str, str]) -> dict[str, Any]:
     return {"x-kubernetes-validations": list(rules)}
 
 
+@functools.lru_cache(maxsize=4096, typed=True)  # typed: True is not the quantity 1
 def quantity_value(value: int | str) -> Decimal:
-    """The numeric value of a Kubernetes quantity (bytes for memory and storage)."""
+    """The numeric value of a Kubernetes quantity (bytes for memory and storage). Memoized:
+    every decision parses the same few node and target quantities again."""
     if isinstance(value, bool):
         raise ValueError("a quantity must be an integer or a string such as 64Gi")
     if isinstance(value, str) and not _QUANTITY_RE.match(value):
