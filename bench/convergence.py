@@ -695,7 +695,12 @@ def _stop_py_spy(spy: subprocess.Popen[bytes]) -> None:
 
 # Where a sample belongs: the first layer one of whose frames is on its stack.
 LAYERS = (
-    ("kopf: receiving watch events (HTTP stream, JSON)", ("kopf/_cogs/clients/watching.py",)),
+    (
+        "kopf: receiving watch events (HTTP stream, JSON)",
+        # The asyncio TLS transport and aiohttp's protocol carry only kopf's watch streams:
+        # kvtier's own requests go through urllib3 in threads.
+        ("kopf/_cogs/clients/watching.py", "asyncio/sslproto.py", "aiohttp/client_proto.py"),
+    ),
     (
         "kopf: dispatching watch events to kvtier's handlers",
         ("kopf/_core/reactor/processing.py", "kopf/_core/reactor/queueing.py"),

@@ -160,11 +160,13 @@ def test_profile_layers_put_each_sample_in_its_first_layer(tmp_path: Path) -> No
         "main;worker (kopf/_core/reactor/queueing.py:1);handler (kvtier/policy/decide.py:9) 3\n"
         "main;reconcile;decide (kvtier/policy/decide.py:9) 5\n"
         "main;select (selectors.py:1) 2\n"
+        "main;_run;buffer_updated (asyncio/sslproto.py:4);read (ssl.py:9) 2\n"
     )
     assert profile_layers(collapsed) == [
-        ("kvtier: deciding (sizing, rendering, conditions)", 0.5),
-        ("kopf: dispatching watch events to kvtier's handlers", 0.3),
-        ("other", 0.2),
+        ("kvtier: deciding (sizing, rendering, conditions)", 5 / 12),
+        ("kopf: dispatching watch events to kvtier's handlers", 3 / 12),
+        ("other", 2 / 12),
+        ("kopf: receiving watch events (HTTP stream, JSON)", 2 / 12),
     ]
 
 
