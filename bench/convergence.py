@@ -816,10 +816,8 @@ def results_table(runs: Sequence[Run]) -> str:
     )
     rows = []
     for r in runs:
-        spread = ", ".join(f"{x:.2f}" for x in r.ratios) or f"{r.ratio:.2f}"
-        controller = (
-            ", ".join(f"{x:.2f}" for x in r.controller_ratios) or f"{r.controller_ratio:.2f}"
-        )
+        spread = every_run(r.ratios, r.ratio)
+        controller = every_run(r.controller_ratios, r.controller_ratio)
         rows.append(
             f"| {r.mode} | {r.size} | {r.operator.seconds:.1f} | {r.floor.seconds:.1f} "
             f"| {r.controller.seconds:.1f} | {r.kopf.seconds:.1f} "
@@ -832,6 +830,11 @@ def results_table(runs: Sequence[Run]) -> str:
             f"| {mib(r.operator.peak_rss_bytes)} | {mib(r.kopf.peak_rss_bytes)} |"
         )
     return head + "\n".join(rows) + "\n"
+
+
+def every_run(ratios: Sequence[float], this_run: float, unit: str = "") -> str:
+    """Every repetition's ratio, or this run's when it was measured alone."""
+    return ", ".join(f"{x:.2f}{unit}" for x in ratios or (this_run,))
 
 
 def per_tier_total(phase: Phase, size: int) -> str:
@@ -979,7 +982,7 @@ def gap_text(
     head = (
         f"Apply at N={r.size}: kvtier {r.operator.seconds:.1f} s, floor (a) "
         f"{r.floor.seconds:.1f} s ({ratio(r.operator.seconds, r.floor.seconds)}; every run: "
-        + ", ".join(f"{x:.2f}×" for x in r.ratios or (r.ratio,))
+        + every_run(r.ratios, r.ratio, "×")
         + f"); 1.3× is {goal:.1f} s."
     )
     if r.operator.seconds <= goal:
@@ -990,7 +993,7 @@ def gap_text(
     cores = cores or os.cpu_count() or 1
     c = r.controller
     events = c.writes.get(("create", "events"), 0)
-    controller_runs = ", ".join(f"{x:.2f}×" for x in r.controller_ratios or (r.controller_ratio,))
+    controller_runs = every_run(r.controller_ratios, r.controller_ratio, "×")
     text = (
         f"{head}\n\n"
         "**The controller floor.** Floor (c) is floor (a) plus what any controller of these "
