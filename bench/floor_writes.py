@@ -25,8 +25,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import urllib3
-
 from kvtier.kube.rest import Kube, load_client
 
 
@@ -64,20 +62,7 @@ def watch(kube: Kube, path: str, selector: str | None, listed: threading.Barrier
         "allowWatchBookmarks": "true",
         "timeoutSeconds": "600",
     }
-    _, url, headers, _, _ = kube.api.param_serialize(
-        "GET",
-        path,
-        query_params=list(params.items()),
-        header_params={"Accept": "application/json"},
-        auth_settings=["BearerToken"],
-    )
-    resp = kube.api.rest_client.pool_manager.request(
-        "GET", url, headers=headers, preload_content=False, timeout=urllib3.Timeout(connect=10)
-    )
-    pending = b""
-    for chunk in resp.stream(65536):
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
+    for lines in kube.stream(path, params, read_timeout=660):
         for line in lines:
             event = json.loads(line)
             obj = event["object"]

@@ -134,7 +134,7 @@ def _gap_run(controller_seconds: float) -> Run:
 
 
 def test_gap_text_measures_kvtier_against_the_controller_floor() -> None:
-    layers = [(LAYERS[1][0], 0.30), (LAYERS[2][0], 0.20), (LAYERS[0][0], 0.05), ("other", 0.45)]
+    layers = [(LAYERS[0][0], 0.30), (LAYERS[2][0], 0.20), (LAYERS[1][0], 0.05), ("other", 0.45)]
     text = gap_text([_gap_run(11.0)], cores=2, layers=layers)
     assert "kvtier 16.0 s, floor (a) 10.0 s (1.60×; every run: 1.50×, 1.60×, 1.90×)" in text
     assert "1.3× is 13.0 s" in text
@@ -143,9 +143,9 @@ def test_gap_text_measures_kvtier_against_the_controller_floor() -> None:
     assert "1.3× leaves 2.0 s beyond floor (c), 4.0 CPU-s on 2 cores" in text
     assert "kvtier took 5.0 s more than floor (c) (1.45×)" in text
     assert "used 10.0 CPU-s, floor (c) 3.0 (+7.0); kube-apiserver and etcd 11.5 and 10.0" in text
-    # Dispatching (30 % of 10 CPU-s) is beyond what floor (c) pays; receiving it pays too.
-    assert "kopf dispatching watch events, 30%, is about 3.0 CPU-s" in text
-    assert "kvtier's decisions, 20%, about 2.0" in text
+    # Handling (30 % of 10 CPU-s) is beyond what floor (c) pays; receiving it pays too.
+    assert "kvtier's decisions, 20%, about 2.0 CPU-s" in text
+    assert "handling watch events, 30%, about 3.0" in text
     assert "together 5.0 CPU-s, are more than the 4.0 CPU-s" in text
 
 
@@ -157,16 +157,16 @@ def test_gap_text_says_when_the_controller_floor_is_beyond_the_goal() -> None:
 def test_profile_layers_put_each_sample_in_its_first_layer(tmp_path: Path) -> None:
     collapsed = tmp_path / "operator.collapsed"
     collapsed.write_text(
-        "main;worker (kopf/_core/reactor/queueing.py:1);handler (kvtier/policy/decide.py:9) 3\n"
+        "main;_dispatch (kvtier/kube/informer.py:1);on_tier (kvtier/handlers/watches.py:9) 3\n"
         "main;reconcile;decide (kvtier/policy/decide.py:9) 5\n"
         "main;select (selectors.py:1) 2\n"
-        "main;_run;buffer_updated (asyncio/sslproto.py:4);read (ssl.py:9) 2\n"
+        "run;_watch (kvtier/kube/informer.py:4);stream (kvtier/kube/rest.py:9) 2\n"
     )
     assert profile_layers(collapsed) == [
         ("kvtier: deciding (sizing, rendering, conditions)", 5 / 12),
-        ("kopf: dispatching watch events to kvtier's handlers", 3 / 12),
+        ("kvtier: handling watch events (cache, queue)", 3 / 12),
         ("other", 2 / 12),
-        ("kopf: receiving watch events (HTTP stream, JSON)", 2 / 12),
+        ("kvtier: receiving watch events (informers: HTTP stream, JSON)", 2 / 12),
     ]
 
 

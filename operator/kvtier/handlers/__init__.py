@@ -1,1 +1,1 @@
-"""The operator: kopf watches feed a cache and a work queue; reconcile is level-based."""
+"""The operator: informers feed a cache and a work queue; reconcile is level-based."""

@@ -125,6 +125,10 @@ class Cache:
         """The object is gone, and with it every version's view of it."""
         self.targets.pop(key, None)
 
+    def forget_view(self, key: TargetKey, api_version: str) -> None:
+        """One version's view is gone (no longer served); the object may still exist."""
+        self.targets.get(key, {}).pop(api_version, None)
+
     def unwatched_version(self, tier: Mapping[str, Any]) -> str | None:
         """The version the tier reads when no watch feeds that version and its cached view is
         missing or older than the watched one: it has to be read (GET) before deciding."""

@@ -18,6 +18,7 @@ from kvtier.api.tier import API_VERSION
 from kvtier.handlers.cache import VERSION_PREFERENCE, Cache, TierKey
 from kvtier.handlers.events import EventSender
 from kvtier.handlers.workqueue import WorkQueue
+from kvtier.kube.informer import Informer
 from kvtier.kube.rest import Kube
 from kvtier.names import FINALIZER
 from kvtier.policy.decide import (
@@ -84,6 +85,7 @@ class Controller:
         self.events = EventSender(kube)
         self._tasks: list[asyncio.Task[None]] = []
         self._sender: asyncio.Task[None] | None = None
+        self.informers: list[Informer] = []
         # Set while this replica may act (it holds the Lease, or election is off).
         self.leading = asyncio.Event()
 
@@ -95,16 +97,8 @@ class Controller:
     async def _lead_when_synced(self, timeout: float = 10.0) -> None:
         # Like controller-runtime's WaitForCacheSync: deciding on a half-filled cache would
         # report a target as missing only to correct it a moment later (two writes, an Event).
-        try:
-            self.cache.served = await asyncio.to_thread(self.served_versions)
-            want = await asyncio.to_thread(self._listed_counts)
-        except Exception as exc:  # the API may be restarting: start anyway, the watch catches up
-            log.warning("cache sync check skipped: %s", exc)
-            want = {}
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and any(
-            self._cached_count(kind) < n for kind, n in want.items()
-        ):
+        while time.monotonic() < deadline and not all(i.synced.is_set() for i in self.informers):
             await asyncio.sleep(0.1)
         self.leading.set()
         self.queue.add(POLICY_KEY)
@@ -125,36 +119,20 @@ class Controller:
                     served.setdefault(str(res.get("kind")), set()).add(group_version)
         return served
 
-    def _listed_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for api_version, kind in (
-            (API_VERSION, "KVCacheTier"),
-            ("serving.kserve.io/v1beta1", "InferenceService"),
-            ("serving.kserve.io/v1alpha2", "LLMInferenceService"),
-            ("v1", "Node"),
-        ):
-            try:
-                counts[kind] = self.kube.count(api_version, kind)
-            except ApiException as exc:
-                if exc.status != 404:  # a kind the cluster does not serve has nothing to wait for
-                    raise
-        return counts
-
-    def _cached_count(self, kind: str) -> int:
-        if kind == "KVCacheTier":
-            return len(self.cache.tiers)
-        if kind == "Node":
-            return len(self.cache.nodes)
-        return sum(1 for key in self.cache.targets if key[0] == kind)
-
     def follow(self) -> None:
         self.leading.clear()
 
-    def start(self) -> None:
+    def start(self, informers: list[Informer]) -> None:
+        """Watch (every replica, so a standby's cache is warm) and work the queue."""
+        self.informers = informers
+        for informer in informers:
+            informer.start()
         self._tasks = [asyncio.create_task(self._worker(i)) for i in range(self.workers)]
         self._sender = asyncio.create_task(self.events.run())
 
     async def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -276,7 +254,7 @@ class Controller:
             )
             key = (ref["kind"], meta["namespace"], ref["name"])
             if view is None:  # that version is not served (any more): no target
-                self.cache.targets.get(key, {}).pop(version, None)
+                self.cache.forget_view(key, version)
             else:
                 self.cache.set_target(key, version, view)
         return self.cache.target_for(tier)

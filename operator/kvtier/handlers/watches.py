@@ -1,0 +1,125 @@
+"""What the operator watches, and which tiers each change wakes.
+
+Every handler runs on the event loop with one decoded event: it updates the cache and
+enqueues the tiers the change concerns. Nothing here reads the API or decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from kvtier.api.tier import API_VERSION
+from kvtier.handlers.cache import is_news
+from kvtier.handlers.controller import POLICY_KEY, Controller
+from kvtier.kube.informer import Deliver, Watched
+from kvtier.render.probe_job import PROBE_TIER
+
+Handler = Callable[[Controller, str, dict[str, Any]], None]
+MANAGED = "app.kubernetes.io/managed-by=kvtier"
+
+
+def _ns_name(obj: dict[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def on_tier(controller: Controller, event: str, obj: dict[str, Any]) -> None:
+    key = _ns_name(obj)
+    if event == "DELETED":
+        controller.cache.pop_tier(key)
+    elif is_news(obj, controller.cache.tiers.get(key)):
+        controller.cache.set_tier(key, obj)
+    else:
+        return
+    controller.queue.add(key)
+    # Tiers naming the same target decide together which one applies.
+    ref = (obj.get("spec") or {}).get("targetRef") or {}
+    controller.enqueue(
+        controller.cache.tiers_for_target(ref.get("kind", ""), key[0], ref.get("name", ""))
+    )
+
+
+def on_policy(controller: Controller, event: str, obj: dict[str, Any]) -> None:
+    if _ns_name(obj)[1] != "cluster":
+        return  # admission refuses other names; nothing else is a policy
+    controller.cache.policy = None if event == "DELETED" else obj
+    controller.queue.add(POLICY_KEY)
+    controller.enqueue(controller.cache.tier_keys())
+
+
+def on_target(controller: Controller, event: str, obj: dict[str, Any]) -> None:
+    key = (str(obj.get("kind", "")), *_ns_name(obj))
+    version = str(obj.get("apiVersion", ""))
+    if event == "DELETED":
+        controller.cache.forget_target(key)
+    elif is_news(obj, controller.cache.targets.get(key, {}).get(version)):
+        controller.cache.set_target(key, version, obj)
+    else:
+        return
+    controller.enqueue(controller.cache.tiers_for_target(*key))
+
+
+def on_configmap(controller: Controller, event: str, obj: dict[str, Any]) -> None:
+    key = _ns_name(obj)
+    tiers = controller.cache.tiers_for_configmap(*key)
+    if event == "DELETED":
+        controller.cache.configmaps.pop(key, None)
+    elif tiers:
+        controller.cache.configmaps[key] = obj  # only the ones a tier reads are kept
+    controller.enqueue(tiers)
+
+
+def on_node(controller: Controller, event: str, obj: dict[str, Any]) -> None:
+    name = _ns_name(obj)[1]
+    if event == "DELETED":
+        changed = controller.cache.nodes.pop(name, None) is not None
+    else:
+        changed = controller.cache.set_node(obj)
+    if changed:
+        controller.enqueue(controller.cache.tier_keys())
+
+
+def on_owned(controller: Controller, event: str, obj: dict[str, Any]) -> None:
+    """PVs, PVCs, probe Jobs and their pods: kvtier's own objects, by tier id label."""
+    deleted = event == "DELETED"
+    if not deleted and not is_news(obj, controller.cache.owned_copy(obj)):
+        return
+    key = controller.cache.set_owned(obj, deleted=deleted)
+    if key is not None:
+        controller.queue.add(key)
+
+
+def on_ceph_owner(controller: Controller, event: str, obj: dict[str, Any]) -> None:
+    # The replica-1 pool waits for its StorageCluster / CephFilesystem to exist.
+    if event == "ADDED":
+        controller.queue.add(POLICY_KEY)
+
+
+def watches(llmisvc_version: str | None) -> list[tuple[Watched, Handler]]:
+    """Every watch, cluster-wide. LLMInferenceService is watched in one version (each served
+    version is a view of the same object; a tier naming another version reads it)."""
+    return [
+        (Watched(API_VERSION, "KVCacheTier"), on_tier),
+        (Watched(API_VERSION, "KVCachePolicy"), on_policy),
+        (Watched("serving.kserve.io/v1beta1", "InferenceService"), on_target),
+        (
+            Watched(llmisvc_version or "serving.kserve.io/v1alpha2", "LLMInferenceService"),
+            on_target,
+        ),
+        (Watched("v1", "ConfigMap"), on_configmap),
+        (Watched("v1", "Node"), on_node),
+        (Watched("v1", "PersistentVolume", MANAGED), on_owned),
+        (Watched("v1", "PersistentVolumeClaim", MANAGED), on_owned),
+        (Watched("batch/v1", "Job", MANAGED), on_owned),
+        (Watched("v1", "Pod", PROBE_TIER), on_owned),
+        (Watched("ocs.openshift.io/v1", "StorageCluster"), on_ceph_owner),
+        (Watched("ceph.rook.io/v1", "CephFilesystem"), on_ceph_owner),
+    ]
+
+
+def deliveries(
+    controller: Controller, llmisvc_version: str | None
+) -> list[tuple[Watched, Deliver]]:
+    return [(w, partial(handler, controller)) for w, handler in watches(llmisvc_version)]

@@ -1,0 +1,69 @@
+"""How an informer reads one watch event (the stream itself is tested in tests/e2e)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kvtier.kube.informer import Gone, Informer, Watched
+from kvtier.kube.rest import Kube
+
+
+@pytest.fixture
+def informer() -> Iterator[Informer]:
+    loop = asyncio.new_event_loop()
+    kube = Kube(None)  # type: ignore[arg-type]  # these tests never reach the API
+    yield Informer(kube, Watched("v1", "Node"), lambda event, obj: None, loop)
+    loop.close()
+
+
+def _node(name: str, version: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "resourceVersion": version}}
+
+
+def test_changes_are_typed_and_advance_the_version(informer: Informer) -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+    version = informer._apply({"type": "ADDED", "object": _node("a", "7")}, events, "5")
+    version = informer._apply({"type": "DELETED", "object": _node("a", "9")}, events, version)
+    assert version == "9"
+    assert [(e, o["kind"], o["apiVersion"]) for e, o in events] == [
+        ("ADDED", "Node", "v1"),
+        ("DELETED", "Node", "v1"),
+    ]
+
+
+def test_a_bookmark_moves_the_version_and_delivers_nothing(informer: Informer) -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+    bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "42"}}}
+    assert informer._apply(bookmark, events, "5") == "42"
+    assert events == []
+
+
+def test_an_expired_version_means_list_again(informer: Informer) -> None:
+    expired = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old"}}
+    with pytest.raises(Gone):
+        informer._apply(expired, [], "5")
+
+
+def test_any_other_watch_error_is_raised_with_its_message(informer: Informer) -> None:
+    failed = {"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "etcd"}}
+    with pytest.raises(RuntimeError, match="watch error: etcd"):
+        informer._apply(failed, [], "5")
+
+
+def test_a_failing_handler_does_not_stop_the_others() -> None:
+    seen: list[str] = []
+
+    def deliver(event: str, obj: dict[str, Any]) -> None:
+        if obj["metadata"]["name"] == "bad":
+            raise ValueError("bad object")
+        seen.append(obj["metadata"]["name"])
+
+    loop = asyncio.new_event_loop()
+    informer = Informer(Kube(None), Watched("v1", "Node"), deliver, loop)  # type: ignore[arg-type]
+    informer._dispatch([("ADDED", _node("bad", "1")), ("ADDED", _node("good", "2"))])
+    loop.close()
+    assert seen == ["good"]
