@@ -87,6 +87,7 @@ DENIED: list[tuple[str, str, str, str, str | None]] = [
     ("create", "", "configmaps", "", "default"),
     ("delete", "", "configmaps", "", "default"),
     ("create", "", "namespaces", "", None),
+    ("list", "", "namespaces", "", None),  # the watches are cluster-wide: no namespace scan
     ("delete", "", "namespaces", "", None),
     ("patch", "", "nodes", "", None),
     ("update", "", "nodes", "", None),
@@ -103,6 +104,7 @@ DENIED: list[tuple[str, str, str, str, str | None]] = [
     ("impersonate", "", "groups", "", None),
     ("impersonate", "", "serviceaccounts", "", "kube-system"),
     ("create", "apiextensions.k8s.io", "customresourcedefinitions", "", None),
+    ("list", "apiextensions.k8s.io", "customresourcedefinitions", "", None),
     ("patch", "apiextensions.k8s.io", "customresourcedefinitions", "", None),
     ("delete", "apiextensions.k8s.io", "customresourcedefinitions", "", None),
     ("create", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", None),

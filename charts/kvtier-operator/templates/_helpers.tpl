@@ -85,12 +85,6 @@ manifests and the OLM bundle are rendered from this chart). Secrets are never gr
 - apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create, patch]
-- apiGroups: [apiextensions.k8s.io]
-  resources: [customresourcedefinitions]
-  verbs: [get, list, watch]
-- apiGroups: [""]
-  resources: [namespaces]
-  verbs: [get, list, watch]
 {{- end }}
 
 {{/* Leader election happens in the operator's own namespace only. */}}
