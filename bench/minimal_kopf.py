@@ -17,6 +17,7 @@ import kopf
 async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.enabled = False  # as kvtier: no Events from log lines
     settings.watching.server_timeout = 600
+    settings.scanning.disabled = True  # as kvtier: one namespace, no CRD or namespace scans
 
 
 @kopf.on.event("kvcache.io", "v1alpha1", "kvcachetiers")

@@ -96,9 +96,9 @@ def test_a_list_after_a_gap_reports_what_was_deleted(admin_api: client.ApiClient
             asyncio.get_running_loop(),
         )
         # No watch in between: what a lost connection or an expired version leaves.
-        await asyncio.to_thread(informer._list)
+        await asyncio.to_thread(informer._list, True)
         await asyncio.to_thread(kube.delete, "v1", "ConfigMap", "gone", ns)
-        await asyncio.to_thread(informer._list)
+        await asyncio.to_thread(informer._list, True)
         await _until(lambda: len(seen) == 4)
 
     asyncio.run(run())

@@ -97,9 +97,10 @@ class Controller:
     async def _lead_when_synced(self, timeout: float = 10.0) -> None:
         # Like controller-runtime's WaitForCacheSync: deciding on a half-filled cache would
         # report a target as missing only to correct it a moment later (two writes, an Event).
+        needed = [i.synced for i in self.informers if i.watched.decides]
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not all(i.synced.is_set() for i in self.informers):
-            await asyncio.sleep(0.1)
+        while time.monotonic() < deadline and not all(synced.is_set() for synced in needed):
+            await asyncio.sleep(0.05)
         self.leading.set()
         self.queue.add(POLICY_KEY)
         self.enqueue(self.cache.tier_keys())

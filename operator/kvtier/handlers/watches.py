@@ -114,8 +114,9 @@ def watches(llmisvc_version: str | None) -> list[tuple[Watched, Handler]]:
         (Watched("v1", "PersistentVolumeClaim", MANAGED), on_owned),
         (Watched("batch/v1", "Job", MANAGED), on_owned),
         (Watched("v1", "Pod", PROBE_TIER), on_owned),
-        (Watched("ocs.openshift.io/v1", "StorageCluster"), on_ceph_owner),
-        (Watched("ceph.rook.io/v1", "CephFilesystem"), on_ceph_owner),
+        # Only the policy's replica-1 pool reads these, and their ADDED wakes it anyway.
+        (Watched("ocs.openshift.io/v1", "StorageCluster", decides=False), on_ceph_owner),
+        (Watched("ceph.rook.io/v1", "CephFilesystem", decides=False), on_ceph_owner),
     ]
 
 
