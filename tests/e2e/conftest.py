@@ -3,7 +3,10 @@ restricted kvtier-operator identity, and helpers to build model-server targets."
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
@@ -16,12 +19,30 @@ from tests.e2e.operator_process import OperatorProcess
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="session")
-def crds(cluster: LocalCluster) -> None:
+def install_crds(cluster: LocalCluster) -> None:
     """kvtier's CRDs and the project's stand-ins for the foreign kinds."""
     cluster.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "crds"))
     cluster.kubectl("apply", "--server-side", "-f", str(REPO / "hack" / "crds"))
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+
+
+@pytest.fixture(scope="session")
+def crds(cluster: LocalCluster) -> None:
+    install_crds(cluster)
+
+
+@contextmanager
+def own_cluster(prefix: str) -> Iterator[LocalCluster]:
+    """A control plane with the CRDs for one module alone: no session operator acts on it."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"kvtier-{prefix}-"))
+    local = LocalCluster(workdir)
+    try:
+        local.up()
+        install_crds(local)
+        yield local
+    finally:
+        local.down()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

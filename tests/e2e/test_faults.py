@@ -12,10 +12,8 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
 import statistics
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -36,7 +34,12 @@ from kvtier.render.targets import APPLIED_ANNOTATION
 from localcluster import LocalCluster, fake_gpu_nodes
 from tests.conftest import api_client
 from tests.e2e import audit
-from tests.e2e.conftest import create_target, inference_service, llm_inference_service
+from tests.e2e.conftest import (
+    create_target,
+    inference_service,
+    llm_inference_service,
+    own_cluster,
+)
 from tests.e2e.kube_helpers import (
     GROUP,
     VERSION,
@@ -102,20 +105,11 @@ LLAMA_CONFIG = {
 @pytest.fixture(scope="module")
 def fcluster() -> Iterator[LocalCluster]:
     """A control plane only this module uses: restarting its API server disturbs nobody."""
-    workdir = Path(tempfile.mkdtemp(prefix="kvtier-faults-"))
-    local = LocalCluster(workdir)
-    try:
-        local.up()
-        local.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "crds"))
-        local.kubectl("apply", "--server-side", "-f", str(REPO / "hack" / "crds"))
-        local.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    with own_cluster("faults") as local:
         for node in POOL_NODES:
             local.kubectl("label", "node", node, f"{POOL_LABEL}=true", "--overwrite")
         print(f"fault-injection seed: {SEED} (KVTIER_FAULT_SEED)")
         yield local
-    finally:
-        local.down()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -69,7 +69,7 @@ def status_patch(
 
 
 POLICY_KEY: TierKey = ("", "KVCachePolicy")  # tiers always have a namespace
-FOLLOW_UP_SECONDS = 2.0
+PENDING_RETRY_SECONDS = 1.0
 
 
 class Controller:
@@ -238,11 +238,11 @@ class Controller:
             self._announce(tier, [], written)  # they happened; the rest is retried
             raise
         self._announce(updated or tier, decision.events, written)
-        if written:
-            # The watch echo of kvtier's own writes no longer wakes the tier (cache.is_news):
-            # look once more when the cluster has settled, as the echo used to, so a decision
-            # made from a view the writes left behind is never the last one.
-            self.queue.add_after(key, FOLLOW_UP_SECONDS)
+        if written and decision.writes:
+            # The API's responses carried changes others made meanwhile (their own watch
+            # events are then no longer news, see cache.is_news), and they need more writes:
+            # another round's work, as nothing else will wake the tier for them.
+            self.queue.add_after(key, PENDING_RETRY_SECONDS)
         metrics.observe_tier(namespace, name, tier, decision.status)
 
     async def _target(self, tier: Mapping[str, Any]) -> dict[str, Any] | None:
