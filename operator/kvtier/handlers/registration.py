@@ -18,7 +18,7 @@ import kopf
 from kvtier.handlers.controller import Controller
 from kvtier.handlers.leader import LeaderElector
 from kvtier.handlers.watches import deliveries
-from kvtier.kube.informer import Informer
+from kvtier.kube.informer import BACKOFFS, Informer
 from kvtier.kube.rest import Kube, load_client
 
 log = logging.getLogger("kvtier.registration")
@@ -28,7 +28,6 @@ ENV_WORKERS = "KVTIER_WORKERS"
 ENV_NAMESPACE = "KVTIER_NAMESPACE"  # where the leader-election Lease lives
 ENV_LEADER_ELECT = "KVTIER_LEADER_ELECT"
 ENV_IMAGE = "KVTIER_IMAGE"  # the operator's own image, which probe Jobs run
-DISCOVERY_BACKOFFS = (1, 2, 5, 10, 20, 30)
 
 
 def _controller(memo: kopf.Memo) -> Controller:
@@ -54,9 +53,9 @@ async def _discover(controller: Controller) -> None:
             controller.cache.served = await asyncio.to_thread(controller.served_versions)
             return
         except Exception as exc:
-            delay = DISCOVERY_BACKOFFS[min(failures, len(DISCOVERY_BACKOFFS) - 1)]
+            delay = BACKOFFS[min(failures, len(BACKOFFS) - 1)]
             failures += 1
-            log.warning("API discovery failed (%s); again in %ds", exc, delay)
+            log.warning("API discovery failed (%s); again in %.0fs", exc, delay)
             await asyncio.sleep(delay)
 
 

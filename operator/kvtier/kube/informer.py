@@ -25,6 +25,8 @@ log = logging.getLogger("kvtier.informer")
 
 ObjectKey = tuple[str, str]  # (namespace, name)
 Deliver = Callable[[str, dict[str, Any]], None]  # (ADDED | MODIFIED | DELETED, object)
+# Seconds between attempts while the API server does not answer (kopf's own schedule).
+BACKOFFS: tuple[float, ...] = (1, 2, 5, 10, 20, 30)
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ class Informer:
         loop: asyncio.AbstractEventLoop,
         *,
         server_timeout: int = 600,
-        backoffs: tuple[float, ...] = (1, 2, 5, 10, 20, 30),
+        backoffs: tuple[float, ...] = BACKOFFS,
         absent_retry: float = 30.0,
     ) -> None:
         self.kube = kube

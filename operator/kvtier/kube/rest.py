@@ -178,13 +178,6 @@ class Kube:
         items: list[dict[str, Any]] = out.get("items", []) if out else []
         return items
 
-    def count(self, api_version: str, kind: str) -> int:
-        """How many objects of a kind exist, from a one-item page (the API server says how
-        many remain) rather than a LIST of them all."""
-        out = self.request("GET", resource(api_version, kind).path(None), query={"limit": "1"})
-        meta = (out or {}).get("metadata") or {}
-        return len((out or {}).get("items") or []) + int(meta.get("remainingItemCount") or 0)
-
     def apply(self, body: Mapping[str, Any], *, force: bool = True) -> Any:
         """Server-side apply of the fields in `body`, owned by kvtier's field manager."""
         meta = body["metadata"]
