@@ -184,6 +184,11 @@ class Cache:
         key = (str(obj.get("kind")), meta.get("namespace"), str(meta.get("name")))
         return self.owned.get(tid, {}).get(key) if tid else None
 
+    def owner(self, obj: Mapping[str, Any]) -> TierKey | None:
+        """The tier an object carrying a tier id label belongs to, if that tier exists."""
+        tid = (_meta(obj).get("labels") or {}).get(TIER_ID)
+        return self._by_id.get(tid) if tid else None
+
     def set_owned(self, obj: dict[str, Any], deleted: bool) -> TierKey | None:
         """Track an object carrying a tier id label; returns the tier it belongs to."""
         meta = _meta(obj)

@@ -2,6 +2,11 @@
 
 Every handler runs on the event loop with one decoded event: it updates the cache and
 enqueues the tiers the change concerns. Nothing here reads the API or decides.
+
+An event about a tier that is being reconciled waits until that reconcile is done: it may be
+the echo of the reconcile's own write, and the watch can deliver it before the worker has taken
+the write's response into the cache. Judged then, an echo is no news and wakes nothing; judged
+at once, it would wake the tier for one more decision that finds nothing to do.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from kvtier.api.tier import API_VERSION
-from kvtier.handlers.cache import is_news
+from kvtier.handlers.cache import TierKey, is_news
 from kvtier.handlers.controller import POLICY_KEY, Controller
 from kvtier.kube.informer import Deliver, Watched
 from kvtier.render.probe_job import PROBE_TIER
@@ -25,8 +30,18 @@ def _ns_name(obj: dict[str, Any]) -> tuple[str, str]:
     return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
+def _held(
+    controller: Controller, tiers: list[TierKey], handler: Handler, event: str, obj: dict[str, Any]
+) -> bool:
+    """Whether the event waits for a reconcile of one of `tiers` to finish (see above)."""
+    later = partial(handler, controller, event, obj)
+    return any(controller.queue.hold(key, later) for key in tiers)
+
+
 def on_tier(controller: Controller, event: str, obj: dict[str, Any]) -> None:
     key = _ns_name(obj)
+    if _held(controller, [key], on_tier, event, obj):
+        return
     if event == "DELETED":
         controller.cache.pop_tier(key)
     elif is_news(obj, controller.cache.tiers.get(key)):
@@ -51,6 +66,8 @@ def on_policy(controller: Controller, event: str, obj: dict[str, Any]) -> None:
 
 def on_target(controller: Controller, event: str, obj: dict[str, Any]) -> None:
     key = (str(obj.get("kind", "")), *_ns_name(obj))
+    if _held(controller, controller.cache.tiers_for_target(*key), on_target, event, obj):
+        return
     version = str(obj.get("apiVersion", ""))
     if event == "DELETED":
         controller.cache.forget_target(key)
@@ -83,6 +100,9 @@ def on_node(controller: Controller, event: str, obj: dict[str, Any]) -> None:
 
 def on_owned(controller: Controller, event: str, obj: dict[str, Any]) -> None:
     """PVs, PVCs, probe Jobs and their pods: kvtier's own objects, by tier id label."""
+    owner = controller.cache.owner(obj)
+    if owner is not None and _held(controller, [owner], on_owned, event, obj):
+        return
     deleted = event == "DELETED"
     if not deleted and not is_news(obj, controller.cache.owned_copy(obj)):
         return

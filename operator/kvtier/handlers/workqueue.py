@@ -1,16 +1,19 @@
 """A de-duplicating work queue with per-key exponential backoff (as controller-runtime's).
 
 A key is processed by one worker at a time; a key added while it is processed runs once
-more afterwards, so no change is ever lost and no key is reconciled concurrently.
+more afterwards, so no change is ever lost and no key is reconciled concurrently. Work about
+a key can also be held until the key's processing is done (`hold`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable
+import logging
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
+log = logging.getLogger("kvtier.workqueue")
 
 
 class WorkQueue(Generic[K]):
@@ -20,6 +23,7 @@ class WorkQueue(Generic[K]):
         self._active: set[K] = set()
         self._dirty: set[K] = set()
         self._failures: dict[K, int] = {}
+        self._held: dict[K, list[Callable[[], None]]] = {}
         self.base_delay = base_delay
         self.max_delay = max_delay
 
@@ -51,8 +55,21 @@ class WorkQueue(Generic[K]):
         self._active.add(key)
         return key
 
+    def hold(self, key: K, callback: Callable[[], None]) -> bool:
+        """Run `callback` when `key`'s processing is done (callbacks in the order held);
+        False, and nothing held, when `key` is not being processed."""
+        if key not in self._active:
+            return False
+        self._held.setdefault(key, []).append(callback)
+        return True
+
     def done(self, key: K) -> None:
         self._active.discard(key)
+        for callback in self._held.pop(key, ()):
+            try:
+                callback()
+            except Exception:  # a held callback must not stop the worker that finished
+                log.exception("work held for %s failed", key)
         if key in self._dirty:
             self._dirty.discard(key)
             self.add(key)
