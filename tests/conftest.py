@@ -4,10 +4,12 @@ e2e test asks for it; pure tests never touch it."""
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 import pytest
 from kubernetes import client, config
@@ -16,6 +18,17 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack" / "localcluster"))
 
 from localcluster import LocalCluster  # noqa: E402
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A terminated run (a CI time limit, `timeout`, kill) ends like Ctrl-C: pytest then
+    # tears the fixtures down, so the control planes and operators they started (each in a
+    # session of its own) are stopped instead of left running.
+    signal.signal(signal.SIGTERM, _interrupt)
 
 
 def api_client(kubeconfig: Path) -> client.ApiClient:
