@@ -173,9 +173,12 @@ def test_profile_layers_put_each_sample_in_its_first_layer(tmp_path: Path) -> No
 def test_gap_text_says_when_the_goal_is_met() -> None:
     floor = Phase(seconds=10.0, writes=Counter({("patch", "x"): 1000}))
     operator = Phase(seconds=12.0, writes=Counter({("patch", "x"): 1000, ("create", "events"): 5}))
-    assert "Within the 1.3× goal" in gap_text(
-        [Run("Apply", 10, operator, floor, Phase(), Phase(), 0)]
-    )
+    controller = Phase(seconds=11.0, writes=operator.writes, cpu_seconds=3.0)
+    operator.cpu_seconds = 4.5
+    text = gap_text([Run("Apply", 10, operator, floor, Phase(), controller, 0)])
+    assert "Within the 1.3× goal" in text
+    assert "took 11.0 s: kvtier 1.09× of it, with 4.5 CPU-s against its 3.0" in text
+    assert "What the profile showed" in text
 
 
 def test_the_median_repetition_is_reported_whole_with_every_ratio() -> None:
