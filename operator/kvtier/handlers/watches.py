@@ -66,7 +66,8 @@ def on_policy(controller: Controller, event: str, obj: dict[str, Any]) -> None:
 
 def on_target(controller: Controller, event: str, obj: dict[str, Any]) -> None:
     key = (str(obj.get("kind", "")), *_ns_name(obj))
-    if _held(controller, controller.cache.tiers_for_target(*key), on_target, event, obj):
+    tiers = controller.cache.tiers_for_target(*key)  # the cache changes below leave it as is
+    if _held(controller, tiers, on_target, event, obj):
         return
     version = str(obj.get("apiVersion", ""))
     if event == "DELETED":
@@ -75,7 +76,7 @@ def on_target(controller: Controller, event: str, obj: dict[str, Any]) -> None:
         controller.cache.set_target(key, version, obj)
     else:
         return
-    controller.enqueue(controller.cache.tiers_for_target(*key))
+    controller.enqueue(tiers)
 
 
 def on_configmap(controller: Controller, event: str, obj: dict[str, Any]) -> None:
