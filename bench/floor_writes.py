@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kvtier.kube.rest import Kube, load_client
+from kvtier.kube.wire import decode
 
 
 def perform(kube: Kube, writes: list[dict[str, Any]]) -> int:
@@ -64,7 +65,7 @@ def watch(kube: Kube, path: str, selector: str | None, listed: threading.Barrier
     }
     for lines in kube.stream(path, params, read_timeout=660):
         for line in lines:
-            event = json.loads(line)
+            event = decode(line)  # as the operator's informers do
             obj = event["object"]
             key = (obj["metadata"].get("namespace"), obj["metadata"]["name"])
             if event["type"] == "DELETED":

@@ -360,3 +360,47 @@ def test_event_body_names_the_tier_and_caps_the_message() -> None:
     assert (body["type"], body["reason"], len(body["message"])) == ("Warning", "NotSized", 1024)
     assert body["firstTimestamp"] == body["lastTimestamp"] == "2026-11-30T12:00:00Z"
     assert body["reportingInstance"] == "pod-1"
+
+
+def test_spec_and_policy_are_parsed_once_per_content() -> None:
+    from kvtier.policy import decide as decide_module
+
+    spec = {"disk": {"type": "Auto", "nvme": {"pool": "local-nvme"}}}
+    policy_spec: dict[str, Any] = dict(POLICY["spec"])  # type: ignore[call-overload]
+    first = decide_module._parse(tier(**spec)["spec"], policy_spec)
+    assert decide_module._parse(tier(**spec)["spec"], policy_spec) is first  # kept
+    # Any change of either body is new content: the memo never answers for the old one.
+    other_tier = decide_module._parse(tier(**spec, mode="Apply")["spec"], policy_spec)
+    assert other_tier is not first and other_tier.settings.mode.value.value == "Apply"
+    planning = {"spec": {**policy_spec, "defaults": {"mode": "Plan"}}}
+    modeless = tier(disk={"type": "None"})
+    del modeless["spec"]["mode"]
+    assert decide(facts(modeless, policy=planning)).mode == "Plan"
+    assert decide(facts(modeless, policy=POLICY)).mode == "Apply"  # the built-in default
+
+
+def test_status_effective_rows_are_fresh_copies() -> None:
+    t = tier(disk={"type": "None"})
+    first = decide(facts(t)).status["effective"]
+    first[0]["value"] = "changed by a caller"
+    assert decide(facts(t)).status["effective"][0]["value"] != "changed by a caller"
+
+
+def test_placement_follows_node_versions() -> None:
+    def versioned(name: str, version: str, memory: str) -> dict[str, Any]:
+        n = node(name, memory=memory)
+        n["metadata"] |= {"uid": f"uid-{name}", "resourceVersion": version}
+        return n
+
+    before = [versioned("a", "1", "2Ti"), versioned("b", "1", "2Ti")]
+    assert placement(before, {}, 8).node_memory_bytes == 2 * 1024**4
+    assert placement(before, {}, 8) is placement(before, {}, 8)  # kept while no node changes
+    after = [versioned("a", "2", "1Ti"), before[1]]  # node a updated: a new resourceVersion
+    assert placement(after, {}, 8).node_memory_bytes == 1024**4
+    assert placement(after, {"zone": "x"}, 8).eligible_nodes == ()  # the selector is in the key
+    assert placement(after, {}, 16).eligible_nodes == ()  # so are the GPUs per pod
+    # Nodes without uid and resourceVersion are never kept: an edit in place is seen.
+    bare = [node("c", memory="2Ti")]
+    assert placement(bare, {}, 8).node_memory_bytes == 2 * 1024**4
+    bare[0]["status"]["allocatable"]["memory"] = "1Ti"
+    assert placement(bare, {}, 8).node_memory_bytes == 1024**4

@@ -9,7 +9,6 @@ last view held that the LIST no longer has, so no deletion is missed while disco
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
@@ -20,6 +19,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from kvtier.kube.rest import Kube, resource
+from kvtier.kube.wire import decode
 
 log = logging.getLogger("kvtier.informer")
 
@@ -178,7 +178,7 @@ class Informer:
                 for lines in self.kube.stream(self.watched.path, query, self.server_timeout + 60):
                     events: list[tuple[str, dict[str, Any]]] = []
                     for line in lines:
-                        version = self._apply(json.loads(line), events, version)
+                        version = self._apply(decode(line), events, version)
                     self._send(events)
                     if self._stop.is_set():
                         return

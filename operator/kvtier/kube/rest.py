@@ -15,6 +15,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from kvtier.kube.wire import decode
 from kvtier.names import FIELD_MANAGER
 
 APPLY = "application/apply-patch+yaml"
@@ -122,7 +123,7 @@ class Kube:
         raw = resp.read()  # type: ignore[no-untyped-call]
         if not 200 <= resp.status <= 299:
             raise ApiException(http_resp=resp)
-        return json.loads(raw) if raw else None
+        return decode(raw) if raw else None
 
     def stream(
         self, path: str, query: Mapping[str, str], read_timeout: float

@@ -402,33 +402,76 @@ def _plan_summary(sp: SizingPlan, mode: str) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class _Parsed:
+    """A tier spec and the policy, parsed and merged into the settings the tier runs with."""
+
+    spec: KVCacheTierSpec
+    policy: KVCachePolicySpec | None
+    policy_error: str | None  # the first validation message of an invalid policy
+    settings: EffectiveSettings
+    effective: tuple[Mapping[str, str], ...]  # status.effective rows
+
+
+def _fingerprint(spec: Mapping[str, Any]) -> str:
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+
+# A spec changes far less often than its tier is decided (twice per Apply reconcile, once
+# more per watch event of its target or owned objects): parsed and merged once per content.
+_PARSED: dict[tuple[str, str | None], _Parsed] = {}
+PARSED_KEPT = 2048
+
+
+def _parse(spec_body: Mapping[str, Any], policy_body: Mapping[str, Any] | None) -> _Parsed:
+    key = (_fingerprint(spec_body), None if policy_body is None else _fingerprint(policy_body))
+    hit = _PARSED.get(key)
+    if hit is None:
+        hit = _parse_new(spec_body, policy_body)
+        if len(_PARSED) >= PARSED_KEPT:
+            del _PARSED[next(iter(_PARSED))]  # the oldest
+        _PARSED[key] = hit
+    return hit
+
+
+def _parse_new(spec_body: Mapping[str, Any], policy_body: Mapping[str, Any] | None) -> _Parsed:
+    spec = KVCacheTierSpec.model_validate(spec_body)
+    policy: KVCachePolicySpec | None = None
+    error: str | None = None
+    if policy_body is not None:
+        try:
+            policy = KVCachePolicySpec.model_validate(policy_body)
+        except ValidationError as exc:
+            error = exc.errors()[0]["msg"]
+    eff = effective_settings(spec, policy)
+    return _Parsed(spec, policy, error, eff, tuple(e.to_k8s() for e in eff.entries()))
+
+
 def decide(facts: Facts) -> Decision:
     """Conditions, sizing, tiers and plan for one KVCacheTier."""
     tier = facts.tier
     generation = _meta(tier, "generation")
     previous = (tier.get("status") or {}).get("conditions") or []
     prev_tiers = (tier.get("status") or {}).get("tiers") or []
-    spec = KVCacheTierSpec.model_validate(tier.get("spec") or {})
-    policy: KVCachePolicySpec | None = None
+    parsed = _parse(
+        tier.get("spec") or {}, None if facts.policy is None else facts.policy.get("spec") or {}
+    )
+    spec, policy, eff = parsed.spec, parsed.policy, parsed.settings
     verdicts: list[Verdict] = []
-    if facts.policy is not None:
-        try:
-            policy = KVCachePolicySpec.model_validate(facts.policy.get("spec") or {})
-        except ValidationError as exc:
-            verdicts.append(
-                Verdict(
-                    ConditionType.POLICY_COMPLIANT.value,
-                    FALSE,
-                    "PolicyInvalid",
-                    f"KVCachePolicy 'cluster' is invalid; using built-in defaults: "
-                    f"{exc.errors()[0]['msg']}",
-                )
+    if parsed.policy_error is not None:
+        verdicts.append(
+            Verdict(
+                ConditionType.POLICY_COMPLIANT.value,
+                FALSE,
+                "PolicyInvalid",
+                f"KVCachePolicy 'cluster' is invalid; using built-in defaults: "
+                f"{parsed.policy_error}",
             )
-    eff = effective_settings(spec, policy)
+        )
     mode = eff.mode.value.value
     status: dict[str, Any] = {
         "observedGeneration": generation,
-        "effective": [e.to_k8s() for e in eff.entries()],
+        "effective": [dict(row) for row in parsed.effective],
     }
     decision = Decision(mode=mode, status=status, settings=eff)
 

@@ -177,10 +177,35 @@ class Placement:
     pods_per_node: int
 
 
+# Every tier decides over the same nodes: a placement is kept per (nodes, selector, GPUs)
+# while no node changes. A node's uid and resourceVersion name its content; nodes without
+# them (built by hand, not read from the API) are never kept.
+_PLACEMENTS: dict[tuple[Any, ...], Placement] = {}
+PLACEMENTS_KEPT = 256
+
+
 def placement(
     nodes: Sequence[Mapping[str, Any]], node_selector: Mapping[str, str], gpus_per_pod: int
 ) -> Placement:
     """Nodes that match the selector and have the GPUs for one model-server pod."""
+    versions = tuple(
+        (_get(n, "metadata", "uid"), _get(n, "metadata", "resourceVersion")) for n in nodes
+    )
+    if not all(uid and version for uid, version in versions):
+        return _placement(nodes, node_selector, gpus_per_pod)
+    key = (versions, tuple(sorted(node_selector.items())), gpus_per_pod)
+    kept = _PLACEMENTS.get(key)
+    if kept is None:
+        kept = _placement(nodes, node_selector, gpus_per_pod)
+        if len(_PLACEMENTS) >= PLACEMENTS_KEPT:
+            del _PLACEMENTS[next(iter(_PLACEMENTS))]  # the oldest
+        _PLACEMENTS[key] = kept
+    return kept
+
+
+def _placement(
+    nodes: Sequence[Mapping[str, Any]], node_selector: Mapping[str, str], gpus_per_pod: int
+) -> Placement:
     names: list[str] = []
     memories: list[int] = []
     per_node: list[int] = []

@@ -33,6 +33,7 @@ def load_catalog() -> tuple[CatalogEntry, ...]:
     return tuple(_entry(item) for item in yaml.safe_load(text)["models"])
 
 
+@cache  # a catalog lookup per decide; the catalog is read once
 def find_model(name: str) -> CatalogEntry:
     """The entry named by HF id, short name or alias (case-insensitive; org prefix optional)."""
     wanted = _normalize(name)
