@@ -971,7 +971,10 @@ HISTORY = (
     "cache) are the cache-sync check, no blanket follow-up reconcile after writes, and "
     "watch events about a tier held until its reconcile is done (an echo could arrive "
     "before the write's response and wake the tier again: 1.9 reconciles per tier "
-    "before, 1.1 after)."
+    "before, 1.1 after). Then, from the profile's decide and JSON shares: a tier spec and "
+    "the policy parsed and merged once per content, node placement kept while no node "
+    "changes (a decide 0.38 → 0.24 ms), and watch events and responses decoded by orjson "
+    "(2.6× faster; floor (c) decodes the same way)."
 )
 
 
