@@ -7,7 +7,8 @@ goes on the wire. Server-side apply always uses the operator's own field manager
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,13 @@ from kvtier.names import FIELD_MANAGER
 
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
+
+# How often the client's token refresh runs. Its loaders renew a token 5 minutes before a
+# kubeconfig token expires and re-read the service-account token file every minute, so
+# 10 s loses nothing; running it per request re-reads the proxy environment each time.
+TOKEN_REFRESH_SECONDS = 10.0
+
+RefreshHook = Callable[[client.Configuration], None]
 
 
 @dataclass(frozen=True)
@@ -88,7 +96,34 @@ def load_client(kubeconfig: str | None = None, pool_size: int | None = None) -> 
             config.load_kube_config(client_configuration=settings)  # type: ignore[no-untyped-call]
     if pool_size is not None:
         settings.connection_pool_maxsize = pool_size
+    hook: RefreshHook | None = settings.refresh_api_key_hook
+    if hook is not None:
+        settings.refresh_api_key_hook = throttled(hook)  # type: ignore[assignment]  # typed None
     return client.ApiClient(settings)
+
+
+def throttled(
+    hook: RefreshHook,
+    every: float = TOKEN_REFRESH_SECONDS,
+    clock: Callable[[], float] = time.monotonic,
+) -> RefreshHook:
+    """`hook`, run at most once per `every` seconds (the first call always runs it). The
+    client's loaders install a new hook each time theirs runs: that one runs next time."""
+    inner: RefreshHook | None = hook
+    last: float | None = None
+
+    def refresh(settings: client.Configuration) -> None:
+        nonlocal inner, last
+        now = clock()
+        if inner is None or (last is not None and now - last < every):
+            return
+        last = now
+        inner(settings)
+        if settings.refresh_api_key_hook is not refresh:
+            inner = settings.refresh_api_key_hook
+            settings.refresh_api_key_hook = refresh  # type: ignore[assignment]  # typed None there
+
+    return refresh
 
 
 class Kube:
