@@ -109,18 +109,19 @@ def throttled(
 ) -> RefreshHook:
     """`hook`, run at most once per `every` seconds (the first call always runs it). The
     client's loaders install a new hook each time theirs runs: that one runs next time."""
-    inner: RefreshHook | None = hook
+    inner = hook
     last: float | None = None
 
     def refresh(settings: client.Configuration) -> None:
         nonlocal inner, last
         now = clock()
-        if inner is None or (last is not None and now - last < every):
+        if last is not None and now - last < every:
             return
         last = now
         inner(settings)
-        if settings.refresh_api_key_hook is not refresh:
-            inner = settings.refresh_api_key_hook
+        installed: RefreshHook | None = settings.refresh_api_key_hook
+        if installed is not None and installed is not refresh:
+            inner = installed
             settings.refresh_api_key_hook = refresh  # type: ignore[assignment]  # typed None there
 
     return refresh
