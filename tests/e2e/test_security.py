@@ -58,7 +58,6 @@ WORKLOAD = {"averageContextTokens": 50000, "concurrentSessions": 64}
 CLUSTER_SCOPED_STORAGE = {
     "persistentvolumes",
     "storageclasses",
-    "storageclusters",
     "cephfilesystems",
 }
 
@@ -87,6 +86,9 @@ DENIED: list[tuple[str, str, str, str, str | None]] = [
     ("create", "", "configmaps", "", "default"),
     ("delete", "", "configmaps", "", "default"),
     ("create", "", "namespaces", "", None),
+    # kvtier adds no pool to ODF's StorageCluster (an atomic list ocs-operator owns).
+    ("get", "ocs.openshift.io", "storageclusters", "", "openshift-storage"),
+    ("patch", "ocs.openshift.io", "storageclusters", "", "openshift-storage"),
     ("list", "", "namespaces", "", None),  # the watches are cluster-wide: no namespace scan
     ("delete", "", "namespaces", "", None),
     ("patch", "", "nodes", "", None),

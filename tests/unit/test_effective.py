@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from kvtier.api.policy import KVCachePolicy, KVCachePolicySpec, Retention, VolumeSource
 from kvtier.api.tier import DiskType, KVCacheDtype, KVCacheTierSpec, Mode, ValueSource
-from kvtier.policy.effective import BUILTIN_DEFAULTS, CephPoolOwner, effective_settings
+from kvtier.policy.effective import BUILTIN_DEFAULTS, effective_settings
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DEFAULT, POLICY, TIER = ValueSource.DEFAULT, ValueSource.POLICY, ValueSource.TIER
@@ -44,9 +44,10 @@ def test_missing_policy_means_builtin_defaults() -> None:
     assert settings.object_store_allowed.value is False
     assert settings.cephfs_storage_class.value == "ocs-storagecluster-cephfs"
     assert settings.cephfs_throughput_ceiling_bytes_per_second.value == 205_000_000
-    assert settings.replica1_owner.value == CephPoolOwner(
-        "StorageCluster", "ocs-storagecluster", "openshift-storage"
-    )
+    assert settings.replica1_ceph_namespace.value == "openshift-storage"
+    assert settings.replica1_filesystem.value == "kvtier-kvcache"
+    assert settings.replica1_csi_driver.value == "openshift-storage.cephfs.csi.ceph.com"
+    assert settings.replica1_cluster_id.value == "openshift-storage"
     assert settings.storage_retention.value is Retention.DELETE
     assert settings.nvme_pool is None
     assert {row.source for row in settings.entries()} == {DEFAULT}
@@ -118,21 +119,40 @@ def test_unknown_nvme_pool_resolves_to_none() -> None:
     assert settings.nvme_pool is None
 
 
-def test_replica1_rook_owner_and_derived_storage_class() -> None:
+def test_replica1_rook_namespace_drives_driver_and_cluster_id() -> None:
     policy = _policy(
         cephfs={
             "storageClassName": "rook-cephfs",
-            "replica1": {
-                "enabled": True,
-                "cephFilesystem": {"name": "myfs", "namespace": "rook-ceph"},
-            },
+            "replica1": {"enabled": True, "cephClusterNamespace": "rook-ceph"},
         }
     )
     settings = effective_settings(_tier(), policy)
-    assert settings.replica1_owner.value == CephPoolOwner("CephFilesystem", "myfs", "rook-ceph")
-    assert settings.replica1_owner.source is POLICY
+    assert settings.replica1_ceph_namespace.value == "rook-ceph"
+    assert settings.replica1_ceph_namespace.source is POLICY
+    # Rook's CSI driver and clusterID follow the namespace unless the policy names them.
+    assert settings.replica1_csi_driver.value == "rook-ceph.cephfs.csi.ceph.com"
+    assert settings.replica1_csi_driver.source is DEFAULT
+    assert settings.replica1_cluster_id.value == "rook-ceph"
     assert settings.replica1_storage_class.value == "rook-cephfs-kvcache"
     assert settings.replica1_storage_class.source is DEFAULT
+
+
+def test_replica1_odf_upgraded_cluster_id_and_driver() -> None:
+    policy = _policy(
+        cephfs={
+            "replica1": {
+                "enabled": True,
+                "clusterID": "0a1b2c3d4e5f",
+                "csiDriver": "openshift-storage.cephfs.csi.ceph.com",
+            }
+        }
+    )
+    settings = effective_settings(_tier(), policy)
+    assert settings.replica1_cluster_id.value == "0a1b2c3d4e5f"
+    assert settings.replica1_cluster_id.source is POLICY
+    assert settings.replica1_csi_driver.source is POLICY
+    fields = {row.field for row in settings.entries()}
+    assert {"cephfs.replica1.clusterID", "cephfs.replica1.csiDriver"} <= fields
 
 
 def test_entries_are_stable_unique_and_fit_the_status_schema() -> None:

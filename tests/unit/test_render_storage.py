@@ -8,8 +8,9 @@ import pytest
 
 from kvtier.api.policy import KVCachePolicySpec, Retention, VolumeSource
 from kvtier.api.tier import KVCacheTierSpec
-from kvtier.policy.effective import CephPoolOwner, NVMePoolSettings, effective_settings
+from kvtier.policy.effective import NVMePoolSettings, effective_settings
 from kvtier.render.cephfs import (
+    REPLICA1,
     cephfs_claim,
     cephfs_size_bytes,
     cephfs_storage_class_name,
@@ -201,49 +202,62 @@ def _policy(**cephfs: Any) -> KVCachePolicySpec:
     return KVCachePolicySpec.model_validate({"cephfs": cephfs})
 
 
-def test_replica1_odf_pool_and_class() -> None:
+def test_replica1_default_is_kvtiers_own_filesystem_on_odf() -> None:
     settings = effective_settings(_tier_spec(), _policy(replica1={"enabled": True}))
-    pool, sc = replica1_writes(settings)
-    assert (pool.kind, pool.name, pool.namespace) == (
-        "StorageCluster",
-        "ocs-storagecluster",
+    fs, sc = replica1_writes(settings)
+    assert (fs.api_version, fs.kind, fs.name, fs.namespace) == (
+        "ceph.rook.io/v1",
+        "CephFilesystem",
+        "kvtier-kvcache",
         "openshift-storage",
     )
-    assert pool.api_version == "ocs.openshift.io/v1"
-    assert pool.body["spec"] == {
-        "managedResources": {
-            "cephFilesystems": {
-                "additionalDataPools": [{"name": "kvcache", "replicated": {"size": 1}}]
-            }
-        }
+    assert fs.body["metadata"]["labels"] == {MANAGED_BY: "kvtier", REPLICA1: "true"}
+    assert fs.body["spec"] == {
+        "metadataPool": {"replicated": {"size": 3}},
+        "dataPools": [
+            {"name": "kvcache", "replicated": {"size": 1, "requireSafeReplicaSize": False}}
+        ],
+        "preserveFilesystemOnDelete": False,
+        "preservePoolsOnDelete": False,
+        "metadataServer": {"activeCount": 1, "activeStandby": True},
     }
     assert sc.name == "ocs-storagecluster-cephfs-kvcache" and sc.namespace is None
+    assert sc.body["metadata"]["labels"] == {MANAGED_BY: "kvtier", REPLICA1: "true"}
     assert sc.body["provisioner"] == "openshift-storage.cephfs.csi.ceph.com"
     params = sc.body["parameters"]
     assert params["clusterID"] == "openshift-storage"
-    assert params["fsName"] == "ocs-storagecluster-cephfilesystem"
-    assert params["pool"] == "ocs-storagecluster-cephfilesystem-kvcache"
+    assert params["fsName"] == "kvtier-kvcache"
+    # Rook names a named data pool <fsName>-<poolName> (generateDataPoolNames).
+    assert params["pool"] == "kvtier-kvcache-kvcache"
+    assert params["csi.storage.k8s.io/provisioner-secret-namespace"] == "openshift-storage"
+    assert params["csi.storage.k8s.io/node-stage-secret-name"] == "rook-csi-cephfs-node"
     assert cephfs_storage_class_name(settings) == sc.name
 
 
-def test_replica1_rook_pool() -> None:
+def test_replica1_on_plain_rook() -> None:
     policy = _policy(
         replica1={
             "enabled": True,
-            "cephFilesystem": {"name": "myfs", "namespace": "rook-ceph"},
+            "cephClusterNamespace": "rook-ceph",
+            "filesystemName": "kvfs",
             "poolName": "kv",
             "storageClassName": "kv-r1",
+            "csiDriver": "rook-operator.cephfs.csi.ceph.com",
+            "clusterID": "my-cluster",
         }
     )
-    pool, sc = replica1_writes(effective_settings(_tier_spec(), policy))
-    assert pool.api_version == "ceph.rook.io/v1" and pool.kind == "CephFilesystem"
-    assert pool.body["spec"] == {
-        "dataPools": [{"name": "kv", "replicated": {"size": 1, "requireSafeReplicaSize": False}}]
-    }
+    fs, sc = replica1_writes(effective_settings(_tier_spec(), policy))
+    assert (fs.name, fs.namespace) == ("kvfs", "rook-ceph")
+    assert fs.body["spec"]["dataPools"][0]["name"] == "kv"
     assert sc.name == "kv-r1"
-    assert sc.body["provisioner"] == "rook-ceph.cephfs.csi.ceph.com"
-    assert sc.body["parameters"]["pool"] == "myfs-kv"
-    assert sc.body["parameters"]["fsName"] == "myfs"
+    assert sc.body["provisioner"] == "rook-operator.cephfs.csi.ceph.com"
+    params = sc.body["parameters"]
+    assert (params["pool"], params["fsName"], params["clusterID"]) == (
+        "kvfs-kv",
+        "kvfs",
+        "my-cluster",
+    )
+    assert params["csi.storage.k8s.io/controller-expand-secret-namespace"] == "rook-ceph"
 
 
 def test_replica1_depends_on_policy_only() -> None:
@@ -257,6 +271,3 @@ def test_replica1_disabled_writes_nothing() -> None:
     settings = effective_settings(_tier_spec(), None)
     assert replica1_writes(settings) == []
     assert cephfs_storage_class_name(settings) == "ocs-storagecluster-cephfs"
-    assert settings.replica1_owner.value == CephPoolOwner(
-        "StorageCluster", "ocs-storagecluster", "openshift-storage"
-    )

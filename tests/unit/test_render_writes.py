@@ -102,7 +102,7 @@ def test_cephfs_v1alpha1_three_replicas() -> None:
     result = render_writes(ref, tier.spec, settings, sizing, target, NODES, 3)
     kinds = [w.kind for w in result.writes]
     assert kinds == [
-        "StorageCluster",
+        "CephFilesystem",
         "StorageClass",
         "PersistentVolumeClaim",
         "LLMInferenceService",

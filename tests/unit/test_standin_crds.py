@@ -100,15 +100,6 @@ def test_only_v1alpha2_has_native_offloading() -> None:
     assert rules == ["!has(self.kvCacheOffloading)"]
 
 
-def test_storage_cluster() -> None:
-    crd = _crd("ocs.openshift.io_storageclusters.yaml")
-    _assert_common(crd, "ocs.openshift.io", "StorageCluster", "storageclusters")
-    pools = _at(
-        _schema(crd, "v1"), "spec", "managedResources", "cephFilesystems", "additionalDataPools"
-    )
-    _assert_map(pools, ["name"])
-
-
 def test_ceph_filesystem() -> None:
     crd = _crd("ceph.rook.io_cephfilesystems.yaml")
     _assert_common(crd, "ceph.rook.io", "CephFilesystem", "cephfilesystems")

@@ -72,13 +72,11 @@ manifests and the OLM bundle are rendered from this chart). Secrets are never gr
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [get, list, watch, create, delete]
-# Replica-1 CephFS data pools, only ever from the KVCachePolicy.
-- apiGroups: [ocs.openshift.io]
-  resources: [storageclusters]
-  verbs: [get, list, watch, patch]
+# The replica-1 CephFS pool, only ever from the KVCachePolicy: kvtier's own CephFilesystem
+# (it changes or deletes only the one it labelled as its own).
 - apiGroups: [ceph.rook.io]
   resources: [cephfilesystems]
-  verbs: [get, list, watch, patch]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from kvtier.api.common import (
+    DNS1123_SUBDOMAIN,
     Condition,
     DnsLabel,
     DnsSubdomain,
@@ -131,57 +132,61 @@ class NVMePool(KubeModel):
         return value
 
 
-class NamespacedName(KubeModel):
-    """Reference to a namespaced object."""
-
-    name: DnsSubdomain = Field(description="Name of the object.")
-    namespace: DnsLabel = Field(description="Namespace of the object.")
-
-
-_REPLICA1_OWNER_MESSAGE = (
-    "spec.cephfs.replica1: set at most one of storageCluster and cephFilesystem"
-)
+# A ceph-csi clusterID: a key of the CSI driver's cluster configuration (the Ceph cluster's
+# namespace on Rook, another string on ODF clusters upgraded from before 4.19).
+CephClusterID = Annotated[
+    str, StringConstraints(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")
+]
+# A CSI driver name: a DNS-1123 subdomain of at most 63 characters (CSIDriver validation).
+CSIDriverName = Annotated[
+    str, StringConstraints(min_length=1, max_length=63, pattern=DNS1123_SUBDOMAIN)
+]
 
 
 class Replica1Pool(KubeModel):
-    """A CephFS data pool with replica size 1 for KV blocks: losing an OSD loses only cache."""
-
-    model_config = ConfigDict(
-        json_schema_extra=validations(
-            cel(
-                "!(has(self.storageCluster) && has(self.cephFilesystem))",
-                _REPLICA1_OWNER_MESSAGE,
-            )
-        )
-    )
+    """A CephFS file system of kvtier's own whose data pool keeps one copy of each KV block:
+    losing an OSD loses only cache. kvtier creates and owns a Rook CephFilesystem for it
+    (ODF runs Rook, so this works on both) and, once Rook reports it Ready, a StorageClass
+    whose `pool` parameter names the data pool. It never changes a file system or pool list
+    another operator owns."""
 
     enabled: bool | None = Field(
         default=None, description="Use a replica-1 data pool (built-in: false)."
     )
-    storage_cluster: NamespacedName | None = Field(
+    ceph_cluster_namespace: DnsLabel | None = Field(
         default=None,
-        description="ODF StorageCluster that gets the pool in "
-        "spec.managedResources.cephFilesystems.additionalDataPools "
-        "(built-in: ocs-storagecluster in openshift-storage).",
+        description="Namespace of the Ceph cluster (Rook's CephCluster; on ODF the "
+        "StorageCluster's): kvtier's CephFilesystem goes there, and the StorageClass names "
+        "the rook-csi-cephfs-* secrets there (built-in: openshift-storage).",
     )
-    ceph_filesystem: NamespacedName | None = Field(
-        default=None, description="Rook CephFilesystem that gets the pool (instead of ODF)."
+    filesystem_name: DnsLabel | None = Field(
+        default=None,
+        description="Name of the CephFilesystem kvtier creates and owns; one of that name it "
+        "did not create is left alone and reported (built-in: kvtier-kvcache).",
     )
     pool_name: DnsLabel | None = Field(
         default=None,
-        description="Data pool name; Ceph names it <filesystem>-<poolName> (built-in: kvcache).",
+        description="The file system's data pool (replica size 1); Ceph names it "
+        "<filesystemName>-<poolName> (built-in: kvcache).",
     )
     storage_class_name: DnsSubdomain | None = Field(
         default=None,
         description="StorageClass whose pool parameter names the replica-1 pool "
         "(built-in: <CephFS storage class>-<poolName>).",
     )
-
-    @model_validator(mode="after")
-    def _one_owner(self) -> Replica1Pool:
-        if self.storage_cluster is not None and self.ceph_filesystem is not None:
-            raise ValueError(_REPLICA1_OWNER_MESSAGE)
-        return self
+    csi_driver: CSIDriverName | None = Field(
+        default=None,
+        description="CephFS CSI driver, the StorageClass's provisioner; Rook names it "
+        "<Rook operator namespace>.cephfs.csi.ceph.com "
+        "(built-in: <cephClusterNamespace>.cephfs.csi.ceph.com).",
+    )
+    cluster_id: CephClusterID | None = Field(
+        default=None,
+        alias="clusterID",
+        description="The StorageClass's clusterID parameter (built-in: cephClusterNamespace). "
+        "ODF clusters upgraded from before 4.19 use another one: copy it from the clusterID "
+        "of their CephFS StorageClass (ocs-storagecluster-cephfs).",
+    )
 
 
 class CephFSPolicy(KubeModel):
@@ -197,7 +202,9 @@ class CephFSPolicy(KubeModel):
         "measures (built-in: 205M, the protocol ceiling seen on ODF 4.18).",
         json_schema_extra=quantity_rules("spec.cephfs.throughputCeiling"),
     )
-    replica1: Replica1Pool | None = Field(default=None, description="Replica-1 data pool.")
+    replica1: Replica1Pool | None = Field(
+        default=None, description="Replica-1 data pool, in a CephFilesystem of kvtier's own."
+    )
 
 
 class MemoryPolicy(KubeModel):

@@ -31,6 +31,9 @@ from kvtier.policy.decide import (
     decide,
 )
 from kvtier.policy.provisioning import object_key, pending_writes, policy_writes, removal_writes
+from kvtier.policy.replica1 import OWNED_KINDS as REPLICA1_KINDS
+from kvtier.policy.replica1 import SELECTOR as REPLICA1_SELECTOR
+from kvtier.policy.replica1 import filesystem_refused, policy_status_patch, policy_step
 from kvtier.render import DesiredWrite
 from kvtier.render.event import event_body
 
@@ -390,37 +393,64 @@ class Controller:
         return str(policy.get("storageRetention") or "Delete")
 
     async def _reconcile_policy(self) -> None:
-        """Cluster-scoped objects only the policy can cause (never a namespaced tier)."""
-        writes = policy_writes(self.cache.policy)
+        """Cluster-scoped objects only the policy can cause (never a namespaced tier): the
+        NVMe pools' classes and the replica-1 pool (kvtier's CephFilesystem, then its class
+        once Rook reports it Ready); its condition goes to the policy's status."""
+        policy = self.cache.policy
         observed: dict[tuple[str, str | None, str], Any] = {}
-        for w in writes:
+        for w in policy_writes(policy):
             current = await asyncio.to_thread(
                 self.kube.get, w.api_version, w.kind, w.name, w.namespace
             )
             if current is not None:
                 observed[(w.kind, w.namespace, w.name)] = current
-            elif w.kind in ("StorageCluster", "CephFilesystem"):
-                # Never create a storage cluster by applying a pool onto a missing one.
-                log.warning(
-                    "%s %s/%s not found; replica-1 pool not added", w.kind, w.namespace, w.name
-                )
-                observed[(w.kind, w.namespace, w.name)] = w.body
-        for w in pending_writes(writes, observed):
-            # Never force onto a Ceph owner: another manager's pool list must not be taken.
-            force = w.kind not in ("StorageCluster", "CephFilesystem")
+        owned: list[dict[str, Any]] = []
+        for api_version, kind in REPLICA1_KINDS:
             try:
-                await asyncio.to_thread(self.kube.apply, w.body, force=force)
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-                log.warning(
-                    "policy: %s not applied, another manager owns the field: %s",
-                    w.summary,
-                    exc.body,
+                found = await asyncio.to_thread(
+                    self.kube.list, api_version, kind, None, REPLICA1_SELECTOR
                 )
+            except ApiException as exc:
+                if exc.status != 404:  # no Rook CRD on this cluster: nothing of kvtier's
+                    raise
                 continue
-            metrics.WRITES.labels("apply", w.kind).inc()
+            # A LIST's items carry no kind of their own.
+            owned += [{**o, "apiVersion": api_version, "kind": kind} for o in found]
+        step = policy_step(policy, observed, owned)
+        verdict = step.verdict
+        for w in step.writes:
+            if w.action == "Delete":
+                await asyncio.to_thread(
+                    self.kube.delete, w.api_version, w.kind, w.name, w.namespace
+                )
+                metrics.WRITES.labels("delete", w.kind).inc()
+            else:
+                try:
+                    await asyncio.to_thread(self.kube.apply, w.body)
+                except ApiException as exc:
+                    if exc.status != 404 or w.kind != "CephFilesystem":
+                        raise
+                    verdict = filesystem_refused(w)  # no such namespace, or no Rook CRD
+                    continue
+                metrics.WRITES.labels("apply", w.kind).inc()
             log.info("policy: %s", w.summary)
+        if verdict is not None and not verdict.ok:
+            log.info("policy: %s %s: %s", verdict.type, verdict.reason, verdict.message)
+        patch = policy_status_patch(policy, verdict, datetime.now(UTC)) if policy else None
+        if patch is not None and policy is not None:
+            meta = policy["metadata"]
+            updated = await asyncio.to_thread(
+                self.kube.patch_status,
+                API_VERSION,
+                "KVCachePolicy",
+                meta["name"],
+                None,
+                patch,
+                meta.get("resourceVersion"),
+            )
+            metrics.WRITES.labels("patch", "KVCachePolicy/status").inc()
+            if updated:
+                self.cache.policy = updated
 
     async def _write_status(
         self, tier: Mapping[str, Any], decision: Decision

@@ -19,6 +19,7 @@ from kvtier.api.tier import API_VERSION
 from kvtier.handlers.cache import TierKey, is_news
 from kvtier.handlers.controller import POLICY_KEY, Controller
 from kvtier.kube.informer import Deliver, Watched
+from kvtier.policy.replica1 import filesystem_key, is_replica1
 from kvtier.render.probe_job import PROBE_TIER
 
 Handler = Callable[[Controller, str, dict[str, Any]], None]
@@ -59,7 +60,10 @@ def on_tier(controller: Controller, event: str, obj: dict[str, Any]) -> None:
 def on_policy(controller: Controller, event: str, obj: dict[str, Any]) -> None:
     if _ns_name(obj)[1] != "cluster":
         return  # admission refuses other names; nothing else is a policy
+    before = controller.cache.policy
     controller.cache.policy = None if event == "DELETED" else obj
+    if event != "DELETED" and before is not None and before.get("spec") == obj.get("spec"):
+        return  # only its status (kvtier's replica-1 condition) or metadata changed
     controller.queue.add(POLICY_KEY)
     controller.enqueue(controller.cache.tier_keys())
 
@@ -112,9 +116,10 @@ def on_owned(controller: Controller, event: str, obj: dict[str, Any]) -> None:
         controller.queue.add(key)
 
 
-def on_ceph_owner(controller: Controller, event: str, obj: dict[str, Any]) -> None:
-    # The replica-1 pool waits for its StorageCluster / CephFilesystem to exist.
-    if event == "ADDED":
+def on_filesystem(controller: Controller, event: str, obj: dict[str, Any]) -> None:
+    """kvtier's replica-1 CephFilesystem, or one of the name the policy wants: its class
+    waits for Rook's status.phase Ready, and its removal for Rook to let it go."""
+    if is_replica1(obj) or _ns_name(obj) == filesystem_key(controller.cache.policy):
         controller.queue.add(POLICY_KEY)
 
 
@@ -135,9 +140,8 @@ def watches(llmisvc_version: str | None) -> list[tuple[Watched, Handler]]:
         (Watched("v1", "PersistentVolumeClaim", MANAGED), on_owned),
         (Watched("batch/v1", "Job", MANAGED), on_owned),
         (Watched("v1", "Pod", PROBE_TIER), on_owned),
-        # Only the policy's replica-1 pool reads these, and their ADDED wakes it anyway.
-        (Watched("ocs.openshift.io/v1", "StorageCluster", decides=False), on_ceph_owner),
-        (Watched("ceph.rook.io/v1", "CephFilesystem", decides=False), on_ceph_owner),
+        # Only the policy's replica-1 pool reads these, and each change wakes it anyway.
+        (Watched("ceph.rook.io/v1", "CephFilesystem", decides=False), on_filesystem),
     ]
 
 

@@ -70,7 +70,6 @@ PLURALS: dict[str, tuple[str, bool]] = {
     "Node": ("nodes", False),
     "Event": ("events", True),
     "Lease": ("leases", True),
-    "StorageCluster": ("storageclusters", True),
     "CephFilesystem": ("cephfilesystems", True),
 }
 

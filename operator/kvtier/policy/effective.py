@@ -71,9 +71,9 @@ class BuiltinDefaults:
     cephfs_storage_class: str = "ocs-storagecluster-cephfs"
     cephfs_throughput_ceiling: int | str = "205M"  # CephFS protocol ceiling seen on ODF 4.18
     replica1_enabled: bool = False
-    replica1_owner_kind: str = "StorageCluster"
-    replica1_owner_name: str = "ocs-storagecluster"
-    replica1_owner_namespace: str = "openshift-storage"
+    # ODF's Ceph cluster namespace; on ODF it also names the Rook operator's CSI driver.
+    ceph_cluster_namespace: str = "openshift-storage"
+    replica1_filesystem_name: str = "kvtier-kvcache"  # kvtier's own CephFilesystem
     replica1_pool_name: str = "kvcache"
     non_beneficial_tier: NonBeneficialAction = NonBeneficialAction.KEEP
     storage_retention: Retention = Retention.DELETE  # tier data is only cache
@@ -81,19 +81,6 @@ class BuiltinDefaults:
 
 
 BUILTIN_DEFAULTS = BuiltinDefaults()
-
-
-@dataclass(frozen=True)
-class CephPoolOwner:
-    """The object that gets the replica-1 data pool: an ODF StorageCluster or a Rook
-    CephFilesystem."""
-
-    kind: str
-    name: str
-    namespace: str
-
-    def __str__(self) -> str:
-        return f"{self.kind} {self.namespace}/{self.name}"
 
 
 @dataclass(frozen=True)
@@ -138,9 +125,14 @@ class EffectiveSettings:
         metadata=_path("cephfs.throughputCeiling")
     )
     replica1_enabled: Sourced[bool] = field(metadata=_path("cephfs.replica1.enabled"))
-    replica1_owner: Sourced[CephPoolOwner] = field(metadata=_path("cephfs.replica1.owner"))
+    replica1_ceph_namespace: Sourced[str] = field(
+        metadata=_path("cephfs.replica1.cephClusterNamespace")
+    )
+    replica1_filesystem: Sourced[str] = field(metadata=_path("cephfs.replica1.filesystemName"))
     replica1_pool_name: Sourced[str] = field(metadata=_path("cephfs.replica1.poolName"))
     replica1_storage_class: Sourced[str] = field(metadata=_path("cephfs.replica1.storageClassName"))
+    replica1_csi_driver: Sourced[str] = field(metadata=_path("cephfs.replica1.csiDriver"))
+    replica1_cluster_id: Sourced[str] = field(metadata=_path("cephfs.replica1.clusterID"))
     non_beneficial_tier: Sourced[NonBeneficialAction] = field(metadata=_path("nonBeneficialTier"))
     storage_retention: Sourced[Retention] = field(metadata=_path("storageRetention"))
     # The policy's pool that spec.disk.nvme.pool names; None when the tier names none or the
@@ -193,21 +185,6 @@ def _bytes(value: Sourced[int | str]) -> Sourced[int]:
     return Sourced(quantity_bytes(value.value), value.source)
 
 
-def _replica1_owner(pool: Replica1Pool, defaults: BuiltinDefaults) -> Sourced[CephPoolOwner]:
-    if pool.storage_cluster is not None:
-        ref = pool.storage_cluster
-        return Sourced(CephPoolOwner("StorageCluster", ref.name, ref.namespace), ValueSource.POLICY)
-    if pool.ceph_filesystem is not None:
-        ref = pool.ceph_filesystem
-        return Sourced(CephPoolOwner("CephFilesystem", ref.name, ref.namespace), ValueSource.POLICY)
-    owner = CephPoolOwner(
-        defaults.replica1_owner_kind,
-        defaults.replica1_owner_name,
-        defaults.replica1_owner_namespace,
-    )
-    return Sourced(owner, ValueSource.DEFAULT)
-
-
 def _nvme_pool(
     name: str | None, pools: list[NVMePool], retention: Retention, defaults: BuiltinDefaults
 ) -> NVMePoolSettings | None:
@@ -246,6 +223,7 @@ def effective_settings(
 
     cephfs_class = _policy_only(cephfs.storage_class_name, defaults.cephfs_storage_class)
     pool_name = _policy_only(replica1.pool_name, defaults.replica1_pool_name)
+    ceph_namespace = _policy_only(replica1.ceph_cluster_namespace, defaults.ceph_cluster_namespace)
     retention = _policy_only(policy.storage_retention, defaults.storage_retention)
     return EffectiveSettings(
         mode=_pick(tier_spec.mode, tier_defaults.mode, defaults.mode),
@@ -281,12 +259,21 @@ def effective_settings(
             _policy_only(cephfs.throughput_ceiling, defaults.cephfs_throughput_ceiling)
         ),
         replica1_enabled=_policy_only(replica1.enabled, defaults.replica1_enabled),
-        replica1_owner=_replica1_owner(replica1, defaults),
+        replica1_ceph_namespace=ceph_namespace,
+        replica1_filesystem=_policy_only(
+            replica1.filesystem_name, defaults.replica1_filesystem_name
+        ),
         replica1_pool_name=pool_name,
         # Derived from the class and pool names unless the policy names a class.
         replica1_storage_class=_policy_only(
             replica1.storage_class_name, f"{cephfs_class.value}-{pool_name.value}"
         ),
+        # Rook names its CephFS CSI driver after the operator's namespace, and the clusterID
+        # after the cluster's; both are that one namespace on ODF and in Rook's examples.
+        replica1_csi_driver=_policy_only(
+            replica1.csi_driver, f"{ceph_namespace.value}.cephfs.csi.ceph.com"
+        ),
+        replica1_cluster_id=_policy_only(replica1.cluster_id, ceph_namespace.value),
         non_beneficial_tier=_policy_only(policy.non_beneficial_tier, defaults.non_beneficial_tier),
         storage_retention=retention,
         nvme_pool=_nvme_pool(

@@ -22,7 +22,7 @@ from kvtier.render.targets import APPLIED_ANNOTATION
 
 # Cluster-scoped objects a tier's rendering names but only the policy may write: per-pool
 # StorageClasses and the replica-1 Ceph pool (a namespaced tier never triggers them).
-POLICY_SCOPED_KINDS = frozenset({"StorageClass", "StorageCluster", "CephFilesystem"})
+POLICY_SCOPED_KINDS = frozenset({"StorageClass", "CephFilesystem"})
 
 
 def covers(current: Any, desired: Any) -> bool:

@@ -1,8 +1,30 @@
 """Shared CephFS tier: one RWX claim per tier, and (when the policy enables it) the replica-1
-data pool with the StorageClass that places volumes on it.
+pool with the StorageClass that places volumes on it.
 
-The pool and its class are cluster-wide and shared by every CephFS tier, so they derive only
-from the KVCachePolicy's settings: `replica1_writes` reads policy-sourced fields only.
+The replica-1 pool is the one data pool of a Rook CephFilesystem that kvtier creates and owns
+(`replica1_filesystem`), in the Ceph cluster's namespace. kvtier never adds a pool to a file
+system another operator owns: Rook's CephFilesystem `spec.dataPools` and ODF's StorageCluster
+`additionalDataPools` are atomic lists, so an apply of one entry either fails (409) or, forced,
+drops that operator's pools; and ocs-operator sets `replicasPerFailureDomain: 1` on every
+additional pool, which Rook refuses for size 1 ("size must be greater"). ODF runs Rook, so a
+CephFilesystem of kvtier's own works on both.
+
+Facts from Rook v1.18.11 (pkg/operator/ceph/file/filesystem.go, pkg/operator/ceph/pool/
+validate.go; the pool specs are checked by Rook's own ValidatePoolSpec in
+tests/e2e/test_rook_pools.py):
+- a named data pool is created in Ceph as `<fsName>-<poolName>` (unless `preservePoolNames`,
+  which kvtier never sets);
+- a size-1 pool needs `requireSafeReplicaSize: false`, and its size must be greater than
+  `replicasPerFailureDomain` (unset here);
+- a CephFilesystem with `preserveFilesystemOnDelete`/`preservePoolsOnDelete` false loses its
+  file system and pools with the CR, and Rook holds the deletion while subvolume groups still
+  hold subvolumes (every CephFS CSI volume is one).
+Rook's CephFS CSI driver is `<Rook operator namespace>.cephfs.csi.ceph.com`, and the
+StorageClass clusterID is the cluster's namespace except on ODF clusters upgraded from before
+4.19; both are policy settings with those defaults.
+
+The file system and its class are cluster-wide and shared by every CephFS tier, so they derive
+only from the KVCachePolicy's settings: `replica1_writes` reads policy-sourced fields only.
 """
 
 from __future__ import annotations
@@ -10,15 +32,17 @@ from __future__ import annotations
 from typing import Any
 
 from kvtier.api.policy import Retention
-from kvtier.policy.effective import CephPoolOwner, EffectiveSettings
+from kvtier.policy.effective import EffectiveSettings
 from kvtier.render.labels import TierRef, managed_labels, owner_references, tier_labels
 from kvtier.render.naming import cephfs_claim_name
 from kvtier.render.quantities import round_up, to_quantity
 from kvtier.render.result import DesiredWrite
 from kvtier.sizing import Sizing
 
-STORAGE_CLUSTER_API = "ocs.openshift.io/v1"
 CEPH_FILESYSTEM_API = "ceph.rook.io/v1"
+# Label on kvtier's replica-1 CephFilesystem and StorageClass (value "true").
+REPLICA1 = "kvcache.io/cephfs-replica1"
+METADATA_POOL_SIZE = 3
 # ODF/Rook CSI secrets, created by the operator of the Ceph cluster in its namespace.
 _PROVISIONER_SECRET = "rook-csi-cephfs-provisioner"
 _NODE_SECRET = "rook-csi-cephfs-node"
@@ -76,55 +100,63 @@ def cephfs_claim(
     )
 
 
-def ceph_filesystem_name(owner: CephPoolOwner) -> str:
-    """The Ceph file system: ODF names it <StorageCluster>-cephfilesystem; a Rook
-    CephFilesystem is the file system itself."""
-    if owner.kind == "StorageCluster":
-        return f"{owner.name}-cephfilesystem"
-    return owner.name
+def replica1_ceph_pool(settings: EffectiveSettings) -> str:
+    """The data pool's name in Ceph: Rook prefixes a named data pool with its file system."""
+    return f"{settings.replica1_filesystem.value}-{settings.replica1_pool_name.value}"
 
 
-def replica1_pool_patch(owner: CephPoolOwner, pool_name: str) -> DesiredWrite:
-    """Apply body adding the size-1 data pool to the ODF StorageCluster or Rook
-    CephFilesystem. Both lists are keyed by name, so the entry merges beside existing pools."""
-    spec: dict[str, Any]
-    if owner.kind == "StorageCluster":
-        api_version = STORAGE_CLUSTER_API
-        pool = {"name": pool_name, "replicated": {"size": 1}}
-        spec = {"managedResources": {"cephFilesystems": {"additionalDataPools": [pool]}}}
-    else:
-        api_version = CEPH_FILESYSTEM_API
-        # Rook refuses size 1 unless told the risk is accepted (Ceph also needs
-        # mon_allow_pool_size_one): losing an OSD loses only cache here.
-        pool = {"name": pool_name, "replicated": {"size": 1, "requireSafeReplicaSize": False}}
-        spec = {"dataPools": [pool]}
+def replica1_labels() -> dict[str, str]:
+    """Labels of kvtier's replica-1 CephFilesystem and StorageClass: kvtier only ever
+    changes or deletes objects that carry them."""
+    return {**managed_labels(), REPLICA1: "true"}
+
+
+def replica1_filesystem(settings: EffectiveSettings) -> DesiredWrite:
+    """kvtier's own CephFilesystem: a replicated metadata pool (size 3; losing it would lose
+    the whole file system) and one data pool with a single copy of each block (losing an
+    OSD loses only cache). The file system and its pools go with the CR: the data is cache."""
+    name = settings.replica1_filesystem.value
+    namespace = settings.replica1_ceph_namespace.value
+    pool = settings.replica1_pool_name.value
     body = {
-        "apiVersion": api_version,
-        "kind": owner.kind,
-        "metadata": {"name": owner.name, "namespace": owner.namespace},
-        "spec": spec,
+        "apiVersion": CEPH_FILESYSTEM_API,
+        "kind": "CephFilesystem",
+        "metadata": {"name": name, "namespace": namespace, "labels": replica1_labels()},
+        "spec": {
+            "metadataPool": {"replicated": {"size": METADATA_POOL_SIZE}},
+            # Rook refuses size 1 unless the risk is accepted (Ceph also needs
+            # mon_allow_pool_size_one on the cluster).
+            "dataPools": [
+                {"name": pool, "replicated": {"size": 1, "requireSafeReplicaSize": False}}
+            ],
+            "preserveFilesystemOnDelete": False,
+            "preservePoolsOnDelete": False,
+            "metadataServer": {"activeCount": 1, "activeStandby": True},
+        },
     }
     return DesiredWrite(
         "Apply",
-        api_version,
-        owner.kind,
-        owner.name,
-        owner.namespace,
+        CEPH_FILESYSTEM_API,
+        "CephFilesystem",
+        name,
+        namespace,
         body,
-        f"{owner.kind} {owner.namespace}/{owner.name}: add data pool {pool_name} with replica "
-        f"size 1 (Ceph pool {ceph_filesystem_name(owner)}-{pool_name}; an OSD loss only "
-        "costs cache misses)",
+        f"CephFilesystem {namespace}/{name}: kvtier's file system with data pool {pool} of "
+        f"replica size 1 (Ceph pool {replica1_ceph_pool(settings)}; an OSD loss only costs "
+        "cache misses)",
     )
 
 
-def replica1_storage_class(owner: CephPoolOwner, pool_name: str, class_name: str) -> DesiredWrite:
-    """A CephFS StorageClass whose `pool` parameter places volumes on the replica-1 pool."""
-    fs_name = ceph_filesystem_name(owner)
-    ns = owner.namespace
+def replica1_storage_class(settings: EffectiveSettings) -> DesiredWrite:
+    """A CephFS StorageClass whose `pool` parameter places volumes on the replica-1 pool of
+    kvtier's file system. Its provisioner and parameters are immutable once created."""
+    ns = settings.replica1_ceph_namespace.value
+    class_name = settings.replica1_storage_class.value
+    pool = replica1_ceph_pool(settings)
     parameters = {
-        "clusterID": ns,
-        "fsName": fs_name,
-        "pool": f"{fs_name}-{pool_name}",
+        "clusterID": settings.replica1_cluster_id.value,
+        "fsName": settings.replica1_filesystem.value,
+        "pool": pool,
         "csi.storage.k8s.io/provisioner-secret-name": _PROVISIONER_SECRET,
         "csi.storage.k8s.io/provisioner-secret-namespace": ns,
         "csi.storage.k8s.io/controller-expand-secret-name": _PROVISIONER_SECRET,
@@ -135,9 +167,8 @@ def replica1_storage_class(owner: CephPoolOwner, pool_name: str, class_name: str
     body = {
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
-        "metadata": {"name": class_name, "labels": managed_labels()},
-        # The CSI driver is named after the namespace of the Ceph cluster.
-        "provisioner": f"{ns}.cephfs.csi.ceph.com",
+        "metadata": {"name": class_name, "labels": replica1_labels()},
+        "provisioner": settings.replica1_csi_driver.value,
         "parameters": parameters,
         "reclaimPolicy": "Delete",
         "allowVolumeExpansion": True,
@@ -150,17 +181,14 @@ def replica1_storage_class(owner: CephPoolOwner, pool_name: str, class_name: str
         class_name,
         None,
         body,
-        f"StorageClass {class_name}: CephFS on pool {fs_name}-{pool_name} (replica size 1)",
+        f"StorageClass {class_name}: CephFS on pool {pool} (replica size 1) of "
+        f"{settings.replica1_filesystem.value}",
     )
 
 
 def replica1_writes(settings: EffectiveSettings) -> list[DesiredWrite]:
-    """The pool, then its class; nothing when the policy does not enable the pool."""
+    """The file system, then its class (the policy writes the class only once Rook reports
+    the file system Ready); nothing when the policy does not enable the pool."""
     if not settings.replica1_enabled.value:
         return []
-    owner = settings.replica1_owner.value
-    pool = settings.replica1_pool_name.value
-    return [
-        replica1_pool_patch(owner, pool),
-        replica1_storage_class(owner, pool, settings.replica1_storage_class.value),
-    ]
+    return [replica1_filesystem(settings), replica1_storage_class(settings)]
