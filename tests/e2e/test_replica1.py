@@ -3,7 +3,8 @@ github.com/rook/rook, installed by install_crds): only the KVCachePolicy makes k
 a CephFilesystem of its own with a size-1 data pool; its StorageClass appears only once the
 file system reports `status.phase: Ready` (the test plays the Rook operator: a status write
 by another field manager); CephFS tiers then claim from it; a foreign CephFilesystem (ODF's
-own) is never written; switching the setting off removes what kvtier made.
+own) is never written; a missing Ceph namespace is reported; switching the setting off
+removes what kvtier made.
 
 The ODF layout: namespace openshift-storage, with a clusterID as on a cluster upgraded from
 before 4.19 (a policy setting) to see it reach the class.
@@ -243,6 +244,15 @@ def test_a_foreign_filesystem_is_never_taken_over(
     eventually(lambda: filesystem(admin_api, FS) is None or None, what="the old fs deleted")
     eventually(lambda: storage_class(admin_api) is None or None, what="the old class deleted")
     assert storage_class(admin_api, "kvtier-r1-b") is None
+    assert_foreign_untouched(admin_api, ceph)
+
+
+def test_a_missing_ceph_namespace_is_reported(
+    admin_api: client.ApiClient, ceph: dict[str, Any]
+) -> None:
+    apply_policy(admin_api, policy(cephClusterNamespace="no-ceph-here"))
+    c = wait_policy_condition(admin_api, "False", "CephClusterNotFound")
+    assert "no namespace no-ceph-here" in c["message"]
     assert_foreign_untouched(admin_api, ceph)
 
 

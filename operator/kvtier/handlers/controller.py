@@ -32,6 +32,7 @@ from kvtier.policy.decide import (
 )
 from kvtier.policy.provisioning import object_key, pending_writes, policy_writes, removal_writes
 from kvtier.policy.replica1 import OWNED_KINDS as REPLICA1_KINDS
+from kvtier.policy.replica1 import RECHECK_SECONDS as REPLICA1_RECHECK_SECONDS
 from kvtier.policy.replica1 import SELECTOR as REPLICA1_SELECTOR
 from kvtier.policy.replica1 import filesystem_refused, policy_status_patch, policy_step
 from kvtier.render import DesiredWrite
@@ -431,6 +432,8 @@ class Controller:
                     if exc.status != 404 or w.kind != "CephFilesystem":
                         raise
                     verdict = filesystem_refused(w)  # no such namespace, or no Rook CRD
+                    # Nothing watched announces them: look again later.
+                    self.queue.add_after(POLICY_KEY, REPLICA1_RECHECK_SECONDS)
                     continue
                 metrics.WRITES.labels("apply", w.kind).inc()
             log.info("policy: %s", w.summary)

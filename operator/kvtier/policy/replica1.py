@@ -41,6 +41,9 @@ CONDITION = "Replica1PoolReady"
 SELECTOR = f"{MANAGED_BY}={MANAGER},{REPLICA1}=true"
 # What `owned` lists: (apiVersion, kind) of kvtier's replica-1 objects.
 OWNED_KINDS = (("ceph.rook.io/v1", "CephFilesystem"), ("storage.k8s.io/v1", "StorageClass"))
+# How long until the policy looks again when the Ceph namespace or Rook's CRD is missing
+# (kvtier watches neither namespaces nor CRDs, so nothing announces them).
+RECHECK_SECONDS = 60.0
 # StorageClass fields the API server refuses to change.
 _IMMUTABLE_CLASS_FIELDS = ("provisioner", "parameters", "reclaimPolicy", "volumeBindingMode")
 
