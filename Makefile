@@ -4,8 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: all venv deps cluster-bin lint generate check-generated render-manifests check-manifests \
-	unit e2e test demo bench clean
+.PHONY: all venv deps cluster-bin upstream-crds lint generate check-generated render-manifests \
+	check-manifests unit e2e test demo bench clean
 
 all: test
 
@@ -22,6 +22,10 @@ deps:
 
 cluster-bin:
 	hack/localcluster/build >/dev/null
+
+# KServe's and Rook's own CRDs from their Go modules, into the same cache (no stand-ins).
+upstream-crds:
+	hack/localcluster/upstream-crds >/dev/null
 
 lint: venv
 	$(BIN)/ruff check .
@@ -45,17 +49,17 @@ check-manifests: venv cluster-bin
 unit: venv
 	$(BIN)/pytest -m "not e2e"
 
-e2e: venv cluster-bin
+e2e: venv cluster-bin upstream-crds
 	$(BIN)/pytest -m e2e
 
-test: venv deps cluster-bin lint check-generated check-manifests
+test: venv deps cluster-bin upstream-crds lint check-generated check-manifests
 	$(BIN)/pytest
 
-demo: venv cluster-bin
+demo: venv cluster-bin upstream-crds
 	hack/demo
 
 # The full-size benchmark and robustness suites (CI runs them shortened in `make test`).
-bench: venv deps cluster-bin
+bench: venv deps cluster-bin upstream-crds
 	$(BIN)/pip install -q -e '.[dev,plot,bench]'
 	$(BIN)/python bench/convergence.py --write-docs --profile build/profile --py-spy $(BIN)/py-spy
 	KVTIER_FULL=1 $(BIN)/pytest -s tests/e2e/test_faults.py tests/e2e/test_bad_input_corpus.py

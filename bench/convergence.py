@@ -1,8 +1,9 @@
 """Convergence benchmark: time until N KVCacheTiers are Ready, against floors of the same run.
 
 For each mode (Plan, Apply) and size N a fresh local control plane (kwok GPU fleet) gets the
-kvtier CRDs, the stand-in KServe CRDs, a KVCachePolicy, and in one namespace N model-server
-targets with N tiers. Then, one after the other (never two at once):
+kvtier CRDs, KServe's and Rook's own CRDs (hack/localcluster/upstream-crds), a KVCachePolicy,
+and in one namespace N model-server targets with N tiers. Then, one after the other (never
+two at once):
 
 1. ``kvtier operator`` under the restricted operator identity: seconds from process start
    until a LIST shows every tier Ready=True; then the writes of an idle minute;
@@ -54,7 +55,7 @@ from tests.e2e.operator_process import OperatorProcess  # noqa: E402
 
 from kvtier.kube.rest import Kube, load_client  # noqa: E402
 from kvtier.names import FIELD_MANAGER, FINALIZER  # noqa: E402
-from localcluster import LocalCluster  # noqa: E402
+from localcluster import LocalCluster, upstream_crds  # noqa: E402
 
 OPERATOR_USER = "system:serviceaccount:kvtier-system:kvtier-operator"
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
@@ -748,9 +749,7 @@ def summarize_profile(collapsed: Path, top: int = 25) -> str:
 
 
 def install(cluster: LocalCluster, admin: Kube) -> None:
-    cluster.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "crds"))
-    cluster.kubectl("apply", "--server-side", "-f", str(REPO / "hack" / "crds"))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    cluster.install_crds(REPO / "deploy" / "crds", upstream_crds("full"))
     admin.create(
         {
             "apiVersion": TIER_API,

@@ -1,6 +1,6 @@
 """`make demo`: kvtier end to end on a local control plane with 8 fake H100 nodes.
 
-Installs the CRDs (kvtier's and stand-ins for KServe), the KVCachePolicy, three model
+Installs the CRDs (kvtier's, and KServe's and Rook's own), the KVCachePolicy, three model
 servers and their KVCacheTiers from examples/, runs the operator under its restricted
 identity, plays the parts a real cluster would (a CephFS provisioner, and the kubelet that
 finishes a probe pod with a real `kvtier probe` run of fio on this machine's disk), then
@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.e2e.operator_process import OperatorProcess  # noqa: E402
 
-from localcluster import LocalCluster, default_workdir  # noqa: E402
+from localcluster import LocalCluster, default_workdir, upstream_crds  # noqa: E402
 
 NAMESPACE = "llm"
 
@@ -52,9 +52,7 @@ def wait(what: str, check: Any, timeout: float = 90) -> Any:
 
 def install(cluster: LocalCluster) -> None:
     banner("Install CRDs, the KVCachePolicy, model servers and KVCacheTiers")
-    cluster.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "crds"))
-    cluster.kubectl("apply", "--server-side", "-f", str(REPO / "hack" / "crds"))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    cluster.install_crds(REPO / "deploy" / "crds", upstream_crds("full"))
     cluster.kubectl("create", "namespace", NAMESPACE)
     for path in [
         "kvcachepolicy.yaml",

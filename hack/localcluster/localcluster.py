@@ -3,7 +3,9 @@
 etcd, kube-apiserver (TLS, client certificates, RBAC, service-account keys),
 kube-controller-manager, kube-scheduler and kwok (fake GPU nodes whose pods
 reach Running) run as plain processes on loopback. Binaries come from
-``hack/localcluster/build``, which compiles them from Go modules into a cache.
+``hack/localcluster/build``, which compiles them from Go modules into a cache; the real CRDs
+of the foreign kinds (KServe, Rook) from ``hack/localcluster/upstream-crds``, which fetches
+them from Go modules into the same cache (``upstream_crds()``).
 
 Used as a CLI (``hack/localcluster/localcluster up|down|env|status``) and from
 Python (``LocalCluster(workdir).up()``, as tests/conftest.py does).
@@ -39,6 +41,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 BUILD_SCRIPT = HERE / "build"
+CRDS_SCRIPT = HERE / "upstream-crds"
+CRD_VARIANTS = ("full", "minimal")
 KWOK_STAGES = HERE / "kwok-stages.yaml"
 
 GPU_NODES = 8
@@ -88,6 +92,25 @@ def build_binaries() -> Path:
     if proc.returncode != 0:
         raise ClusterError(f"{BUILD_SCRIPT.name} failed with exit code {proc.returncode}")
     return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def upstream_crds(variant: str = "full") -> Path:
+    """The directory of KServe's and Rook's own CRDs in one variant (``full``: KServe's full
+    schemas; ``minimal``: KServe's minimal ones), fetched at pinned versions or reused."""
+    if variant not in CRD_VARIANTS:
+        raise ValueError(f"unknown CRD variant {variant!r} (known: {', '.join(CRD_VARIANTS)})")
+    proc = subprocess.run(
+        ["bash", str(CRDS_SCRIPT), variant], stdout=subprocess.PIPE, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise ClusterError(
+            f"{CRDS_SCRIPT.name} {variant} failed with exit code {proc.returncode}: the real "
+            "CRDs could not be fetched from the Go module proxy (see its log above)"
+        )
+    directory = Path(proc.stdout.strip().splitlines()[-1]) / variant
+    if not any(directory.glob("*.yaml")):
+        raise ClusterError(f"{CRDS_SCRIPT.name} {variant} left no CRD files in {directory}")
+    return directory
 
 
 def free_port() -> int:
@@ -538,6 +561,13 @@ class LocalCluster:
             raise ClusterError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
         return proc.stdout
 
+    def install_crds(self, *paths: Path) -> None:
+        """Apply CRD files or directories server-side (the upstream CRDs are too large for
+        client-side apply's last-applied annotation) and wait until all are Established."""
+        for path in paths:
+            self.kubectl("apply", "--server-side", "-f", str(path))
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+
     def _bootstrap(self) -> None:
         _wait(
             lambda: _succeeds(lambda: self.kubectl("get", "serviceaccount", "default")),
@@ -655,7 +685,7 @@ def default_workdir() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="localcluster", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["build", "up", "down", "env", "status"])
+    parser.add_argument("command", choices=["build", "crds", "up", "down", "env", "status"])
     parser.add_argument(
         "--dir", type=Path, default=None, help="working directory (default: $KVTIER_CLUSTER_DIR)"
     )
@@ -664,6 +694,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "build":
             print(build_binaries())
+        elif args.command == "crds":
+            for variant in CRD_VARIANTS:
+                print(upstream_crds(variant))
         elif args.command == "up":
             cluster.up()
             print(cluster.kubectl("get", "nodes", "-L", "nvidia.com/gpu.product"), end="")

@@ -13,17 +13,16 @@ from typing import Any, cast
 import pytest
 from kubernetes import client
 
-from localcluster import LocalCluster
+from localcluster import LocalCluster, upstream_crds
 from tests.e2e.operator_process import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def install_crds(cluster: LocalCluster) -> None:
-    """kvtier's CRDs and the project's stand-ins for the foreign kinds."""
-    cluster.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "crds"))
-    cluster.kubectl("apply", "--server-side", "-f", str(REPO / "hack" / "crds"))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    """kvtier's CRDs and the real ones of KServe and Rook (fetched from their Go modules).
+    kvtier writes no ODF StorageCluster, so no stand-in for it is needed."""
+    cluster.install_crds(REPO / "deploy" / "crds", upstream_crds("full"))
 
 
 @pytest.fixture(scope="session")
