@@ -24,6 +24,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE / "localcluster"))
 sys.path.insert(0, str(REPO))
 
+from tests.e2e.kube_helpers import POD_SECURITY_LABELS  # noqa: E402
 from tests.e2e.operator_process import OperatorProcess  # noqa: E402
 
 from localcluster import LocalCluster, default_workdir, upstream_crds  # noqa: E402
@@ -54,6 +55,9 @@ def install(cluster: LocalCluster) -> None:
     banner("Install CRDs, the KVCachePolicy, model servers and KVCacheTiers")
     cluster.install_crds(REPO / "deploy" / "crds", upstream_crds("full"))
     cluster.kubectl("create", "namespace", NAMESPACE)
+    # Pod Security `restricted`, as in the tests: the probe pods are admitted under it.
+    labels = [f"{key}={value}" for key, value in POD_SECURITY_LABELS.items()]
+    cluster.kubectl("label", "namespace", NAMESPACE, *labels)
     for path in [
         "kvcachepolicy.yaml",
         "targets",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 import uuid
 from collections.abc import Callable
@@ -10,7 +11,16 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.pod_security import USER_CONTAINER_SECURITY, USER_POD_SECURITY
+
 GROUP, VERSION = "kvcache.io", "v1alpha1"
+# Every namespace the e2e tests create enforces the restricted Pod Security Standard, so a
+# pod kvtier creates (the probe Job's) or shapes (the model server's) that breaks it is
+# refused by kube-apiserver's PodSecurity admission, as on a hardened cluster.
+POD_SECURITY_LABELS = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
 
 
 def eventually(check: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
@@ -40,12 +50,33 @@ def exists(read: Callable[[], Any]) -> bool:
     return True
 
 
-def new_namespace(api: client.ApiClient, prefix: str) -> str:
-    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+def as_restricted_user(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod (a dict) with the securityContext a restricted namespace's user writes, added
+    only where nothing is set: a field already there (kvtier's, say) is kept as it is, so a
+    pod something made privileged stays refused."""
+    spec = pod["spec"]
+    pod_sc = spec.setdefault("securityContext", {})
+    for key, value in USER_POD_SECURITY.items():
+        pod_sc.setdefault(key, copy.deepcopy(value))
+    for container in [*spec.get("initContainers", []), *spec["containers"]]:
+        sc = container.setdefault("securityContext", {})
+        for key, value in USER_CONTAINER_SECURITY.items():
+            sc.setdefault(key, copy.deepcopy(value))
+    return pod
+
+
+def create_restricted_namespace(api: client.ApiClient, name: str) -> str:
+    """A namespace that enforces Pod Security `restricted` (POD_SECURITY_LABELS)."""
     client.CoreV1Api(api).create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=name))
+        client.V1Namespace(
+            metadata=client.V1ObjectMeta(name=name, labels=dict(POD_SECURITY_LABELS))
+        )
     )
     return name
+
+
+def new_namespace(api: client.ApiClient, prefix: str) -> str:
+    return create_restricted_namespace(api, f"{prefix}-{uuid.uuid4().hex[:6]}")
 
 
 def tier_body(name: str, spec: dict[str, Any]) -> dict[str, Any]:

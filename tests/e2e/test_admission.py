@@ -3,7 +3,6 @@ bad-input corpus is rejected with a message that names its field."""
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from localcluster import LocalCluster
+from tests.e2e.kube_helpers import new_namespace
 
 REPO = Path(__file__).resolve().parents[2]
 BAD_INPUTS: list[dict[str, Any]] = yaml.safe_load(
@@ -35,11 +35,7 @@ def crds(cluster: LocalCluster) -> None:
 
 @pytest.fixture(scope="module")
 def ns(admin_api: client.ApiClient, crds: None) -> str:
-    name = f"admission-{uuid.uuid4().hex[:6]}"
-    client.CoreV1Api(admin_api).create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=name))
-    )
-    return name
+    return new_namespace(admin_api, "admission")
 
 
 def _create(

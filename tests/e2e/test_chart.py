@@ -20,7 +20,14 @@ from kubernetes import client
 from localcluster import LocalCluster, write_kubeconfig
 from tests.e2e import audit
 from tests.e2e.conftest import create_target, llm_inference_service
-from tests.e2e.kube_helpers import create_tier, new_namespace, wait_condition
+from tests.e2e.kube_helpers import (
+    POD_SECURITY_LABELS,
+    create_restricted_namespace,
+    create_tier,
+    eventually,
+    new_namespace,
+    wait_condition,
+)
 from tests.e2e.operator_process import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,7 +86,11 @@ def openshift_like(cluster: LocalCluster, crds: None) -> None:
     docs = [standin_crd(k, p) for k, p in MONITORING_KINDS.items()]
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(docs))
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "openshift-config-managed"}}
+    ns = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": "openshift-config-managed", "labels": POD_SECURITY_LABELS},
+    }
     cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(ns))
 
 
@@ -154,20 +165,44 @@ def test_schema_rejects_bad_values(cluster: LocalCluster, value: str, words: str
     assert words in proc.stderr, proc.stderr
 
 
+def operator_pods(cluster: LocalCluster, namespace: str) -> list[Any]:
+    """The operator pods the Deployment's ReplicaSet got admitted (kwok runs them)."""
+    out = cluster.kubectl(
+        "get", "pods", "-n", namespace, "-l", "app.kubernetes.io/name=kvtier-operator",
+        "-o", "json",
+    )  # fmt: skip
+    items: list[Any] = json.loads(out)["items"]
+    return items
+
+
 @pytest.fixture(scope="module")
-def release(cluster: LocalCluster, crds: None) -> Iterator[tuple[str, str]]:
-    """A real release beside the cluster's own kvtier-system identity (CRDs already there)."""
+def release(
+    cluster: LocalCluster, admin_api: client.ApiClient, crds: None
+) -> Iterator[tuple[str, str]]:
+    """A real release beside the cluster's own kvtier-system identity (CRDs already there),
+    in a namespace that enforces Pod Security `restricted`."""
     name = f"kvt-{uuid.uuid4().hex[:5]}"
-    namespace = f"{name}-system"
+    namespace = create_restricted_namespace(admin_api, f"{name}-system")
     helm(
-        cluster, "install", name, str(CHART), "-n", namespace, "--create-namespace",
-        "--set", "crds.enabled=false",
+        cluster, "install", name, str(CHART), "-n", namespace, "--set", "crds.enabled=false",
     )  # fmt: skip
     try:
         yield name, namespace
     finally:
         helm(cluster, "uninstall", name, "-n", namespace, "--wait", check=False)
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", "--ignore-not-found")
+
+
+def test_chart_operator_pod_is_admitted_under_restricted(
+    cluster: LocalCluster, release: tuple[str, str]
+) -> None:
+    """The ReplicaSet's pod exists: PodSecurity `restricted` admitted the chart's pod spec
+    (a refused pod would leave only a FailedCreate event)."""
+    _, namespace = release
+    pods = eventually(lambda: operator_pods(cluster, namespace), what="the operator pod")
+    assert pods[0]["spec"]["securityContext"]["runAsNonRoot"] is True
+    labels = json.loads(cluster.kubectl("get", "namespace", namespace, "-o", "json"))
+    assert labels["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
 def can_i(cluster: LocalCluster, kubeconfig: Path, *args: str) -> bool:
@@ -276,6 +311,9 @@ def test_apply_k_is_idempotent(cluster: LocalCluster, crds: None) -> None:
         assert lines and all(line.endswith(" unchanged") for line in lines), second
         assert _versions(cluster) == before
         assert len(before) == len(lines)
+        # kvtier-system enforces Pod Security `restricted` (its Namespace in rbac.yaml) and
+        # the operator pod of operator.yaml is admitted there.
+        assert eventually(lambda: operator_pods(cluster, "kvtier-system"), what="operator pod")
     finally:
         # Keep the cluster's identity and CRDs; drop the (simulated) operator pod.
         cluster.kubectl(

@@ -198,6 +198,15 @@ def test_probe_job_measures_and_gates(
     assert spec.security_context.run_as_user is None  # OpenShift assigns the UID
     assert job.metadata.owner_references[0].kind == "KVCacheTier"
     assert wait_condition(admin_api, ns, "fast", "Probed", "False", "Probing")
+    # The namespace enforces Pod Security `restricted` and the Job's pod is admitted there (a
+    # refused one leaves the Job with a FailedCreate event and no pod).
+    core = client.CoreV1Api(admin_api)
+    labels = core.read_namespace(ns).metadata.labels
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    eventually(
+        lambda: core.list_namespaced_pod(ns, label_selector=f"job-name={job.metadata.name}").items,
+        what="the probe pod, admitted under restricted",
+    )
 
     finish_pod(admin_api, ns, job, 0, json.dumps(real_probe, separators=(",", ":")))
     tier = wait_condition(admin_api, ns, "fast", "Probed", "True", "Measured", timeout=60)

@@ -26,6 +26,7 @@ from tests.e2e.kube_helpers import (
     GROUP,
     VERSION,
     apply_policy,
+    create_restricted_namespace,
     create_tier,
     eventually,
     get_tier,
@@ -119,9 +120,7 @@ def managers(obj: dict[str, Any]) -> set[str]:
 @pytest.fixture(scope="module")
 def ceph(admin_api: client.ApiClient, operator: OperatorProcess) -> dict[str, Any]:
     """The Ceph cluster's namespace with ODF's own file system, applied by ocs-operator."""
-    client.CoreV1Api(admin_api).create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=CEPH_NS))
-    )
+    create_restricted_namespace(admin_api, CEPH_NS)
     body = {
         "apiVersion": "ceph.rook.io/v1",
         "kind": "CephFilesystem",

@@ -32,6 +32,7 @@ from tests.e2e.kube_helpers import (
     VERSION,
     apply_policy,
     condition,
+    create_restricted_namespace,
     get_tier,
     tier_body,
     wait_condition,
@@ -213,7 +214,7 @@ class Tenant:
         self.ns, self.victim = f"tenant-{suffix}", f"victim-{suffix}"
         core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
         for ns in (self.ns, self.victim):
-            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+            create_restricted_namespace(admin, ns)
         core.create_namespaced_service_account(
             self.ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="tenant"))
         )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +11,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from localcluster import GPU_NODES, GPU_PRODUCT, LocalCluster, process_alive
-from tests.e2e.kube_helpers import exists
+from tests.e2e.kube_helpers import as_restricted_user, exists, new_namespace
 
 
 def eventually(check: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
@@ -28,11 +27,7 @@ def eventually(check: Callable[[], Any], timeout: float = 60, what: str = "condi
 
 @pytest.fixture
 def namespace(admin_api: client.ApiClient) -> str:
-    name = f"smoke-{uuid.uuid4().hex[:8]}"
-    client.CoreV1Api(admin_api).create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=name))
-    )
-    return name
+    return new_namespace(admin_api, "smoke")
 
 
 def test_version_is_the_built_release(admin_api: client.ApiClient) -> None:
@@ -216,23 +211,22 @@ def test_pod_is_scheduled_to_a_gpu_node_and_runs(
         lambda: exists(lambda: core.read_namespaced_service_account("default", namespace)),
         what="default ServiceAccount",
     )
-    core.create_namespaced_pod(
-        namespace,
-        client.V1Pod(
-            metadata=client.V1ObjectMeta(name="vllm"),
-            spec=client.V1PodSpec(
-                containers=[
-                    client.V1Container(
-                        name="main",
-                        image="vllm/vllm-openai:v0.24.0",
-                        resources=client.V1ResourceRequirements(
-                            limits={"nvidia.com/gpu": "8", "memory": "256Gi"}
-                        ),
-                    )
-                ]
-            ),
-        ),
-    )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "vllm"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "vllm/vllm-openai:v0.24.0",
+                    "resources": {"limits": {"nvidia.com/gpu": "8", "memory": "256Gi"}},
+                }
+            ]
+        },
+    }
+    # The namespace enforces Pod Security `restricted`.
+    core.create_namespaced_pod(namespace, as_restricted_user(pod))  # type: ignore[arg-type]
     pod = eventually(
         lambda: (p := core.read_namespaced_pod("vllm", namespace)).status.phase == "Running" and p,
         what="pod Running",
