@@ -29,6 +29,11 @@ RECONCILE_SECONDS = Histogram(
 WRITES = Counter(
     "kvtier_api_writes_total", "Writes the operator sent to the API server.", ("verb", "kind")
 )
+WRITES_HELD = Counter(
+    "kvtier_writes_suppressed_total",
+    "Writes held back because the API server did not keep them last time (SchemaMismatch).",
+    ("kind",),
+)
 PROBE_P99 = Gauge(
     "kvtier_probe_p99_seconds",
     "Latest fio p99 block latency of a disk tier.",

@@ -16,11 +16,13 @@ def writes(
     since: float = 0.0,
     exclude: tuple[str, ...] = ("leases",),
     names: list[str] | None = None,
+    namespace: str | None = None,
 ) -> Counter[tuple[str, str]]:
     """(verb, resource[/subresource]) → count, for completed requests after `since` (epoch s).
 
     Leader-election Lease renewals are left out by default: they are the cost of HA, paid
-    every few seconds whatever the tiers do, and counted separately where it matters."""
+    every few seconds whatever the tiers do, and counted separately where it matters. With
+    `namespace`, only writes of objects in that namespace."""
     counts: Counter[tuple[str, str]] = Counter()
     if not audit_log.exists():
         return counts
@@ -36,6 +38,8 @@ def writes(
         if _epoch(entry.get("stageTimestamp", "")) < since:
             continue
         ref = entry.get("objectRef", {})
+        if namespace is not None and ref.get("namespace") != namespace:
+            continue
         resource = ref.get("resource", "")
         if resource in exclude:
             continue

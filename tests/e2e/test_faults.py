@@ -718,8 +718,12 @@ def test_gitops_writer_reapplies_without_a_write_war(
         f"(ratio {total / REAPPLIES:.2f}: {dict(writes)}); fields lost {len(losses.losses)} "
         f"times, median {median:.2f}s, longest {longest:.2f}s"
     )
-    # At most one restoring write per re-apply (the restore is the write that follows a loss).
-    assert 1 <= target_writes <= REAPPLIES, writes
+    # At most one restoring write per re-apply and way kvtier writes (the restore is the write
+    # that follows a loss): an InferenceService takes two, the guarded JSON patch of its atomic
+    # args and the apply of its memory, which the writer both takes back.
+    ways = {"InferenceService": 2, "LLMInferenceService": 1}
+    bound = sum(ways[fleet.targets[names[i % len(names)]][0]] for i in range(REAPPLIES))
+    assert 1 <= target_writes <= bound, writes
     assert total <= 6 * REAPPLIES, writes
     # Lost for no longer than one reconcile: the restore follows the watch event at once.
     assert longest <= 10.0, f"kvtier's fields were missing for {longest:.1f}s"

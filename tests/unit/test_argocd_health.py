@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jq
 import pytest
 import yaml
 
@@ -186,3 +187,46 @@ def test_example_applications_order_and_ignore_kvtier_fields() -> None:
         ("serving.kserve.io", "LLMInferenceService"),
         ("serving.kserve.io", "InferenceService"),
     } <= ignored
+
+
+def _jq_expressions(text: str) -> set[str]:
+    """YAML list items that are jq paths (`- .spec...`)."""
+    return {ln.strip()[2:] for ln in text.splitlines() if ln.strip().startswith("- .")}
+
+
+def test_ignore_expressions_compile_and_select_kvtier_items() -> None:
+    apps = list(yaml.safe_load_all(APPLICATIONS.read_text()))
+    tiers = next(a for a in apps if a["metadata"]["name"] == "kvtier-tiers")["spec"]
+    by_kind = {d["kind"]: d.get("jqPathExpressions") or [] for d in tiers["ignoreDifferences"]}
+    applied = {
+        "metadata": {"annotations": {"kvcache.io/applied": "{}"}},
+        "spec": {
+            "predictor": {
+                "volumes": [{"name": "user"}, {"name": "kvtier-dshm"}],
+                "model": {
+                    "args": [
+                        "--x",
+                        "--kv-transfer-config",
+                        '{"kv_connector":"OffloadingConnector"}',
+                    ],
+                    "resources": {"requests": {"memory": "1Gi"}},
+                },
+            }
+        },
+    }
+    selected = [
+        path
+        for expression in by_kind["InferenceService"]
+        for path in jq.compile(f"[path({expression})]").input_value(applied).first()
+    ]
+    assert ["spec", "predictor", "volumes", 1] in selected
+    assert ["spec", "predictor", "volumes", 0] not in selected  # the user's own volume
+    assert ["spec", "predictor", "model", "args", 1] in selected
+    assert ["spec", "predictor", "model", "args", 2] in selected
+    assert ["spec", "predictor", "model", "args", 0] not in selected
+    for expression in by_kind["LLMInferenceService"]:
+        jq.compile(expression)  # compiles
+    # The README's abridged snippet names only expressions the Application really has.
+    readme = (REPO / "README.md").read_text()
+    known = {e for exprs in by_kind.values() for e in exprs}
+    assert _jq_expressions(readme) <= known

@@ -1,4 +1,6 @@
-"""Model-server apply bodies: field-by-field per kind, conflicts, memory, removal."""
+"""Model-server writes: field-by-field per kind, atomic lists by guarded JSON patch,
+conflicts, memory, removal. JSON patches are applied with the `jsonpatch` library (RFC 6902),
+as the API server would."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import pytest
 import yaml
 
@@ -19,8 +22,9 @@ from kvtier.render.targets import (
     PerPodClaim,
     SharedClaim,
     memory_for,
+    spec_is_atomic,
     target_patch,
-    unapply_body,
+    unapply_writes,
 )
 from kvtier.sizing import kv_transfer_config
 
@@ -59,16 +63,37 @@ def _offload(**changes: Any) -> Offload:
         "cpu_bytes": 256 * GiB,
         "pod_memory_bytes": 516 * GiB,
         "shm_bytes": 260 * GiB,
-        "disk": PerPodClaim(spec=NVME_SPEC, labels={"kvcache.io/tier-id": "abc"}),
+        "disk": PerPodClaim(spec=NVME_SPEC),
         "disk_label": "NVMe",
     }
     return Offload(**{**base, **changes})
 
 
-def _patch(target: dict[str, Any], offload: Offload | None = None) -> DesiredWrite:
+def _writes(target: dict[str, Any], offload: Offload | None = None) -> list[DesiredWrite]:
     result = target_patch(target, offload or _offload())
-    assert isinstance(result, DesiredWrite), result
+    assert isinstance(result, list), result
+    assert result[-1].action == "Apply"
+    assert all(w.action == "Patch" for w in result[:-1])
     return result
+
+
+def _patch(target: dict[str, Any], offload: Offload | None = None) -> DesiredWrite:
+    """The apply: the last write."""
+    return _writes(target, offload)[-1]
+
+
+def _ops(target: dict[str, Any], offload: Offload | None = None) -> list[dict[str, Any]]:
+    """The JSON patch ops of the writes (none when no atomic list changes)."""
+    return [op for w in _writes(target, offload)[:-1] for op in w.body["jsonPatch"]]
+
+
+def _patched(target: dict[str, Any], writes: list[DesiredWrite]) -> dict[str, Any]:
+    """The target after the JSON patches among `writes` (a failed test op raises)."""
+    out = copy.deepcopy(target)
+    for w in writes:
+        if w.action == "Patch":
+            out = jsonpatch.apply_patch(out, w.body["jsonPatch"])
+    return out
 
 
 def _main(body: dict[str, Any]) -> dict[str, Any]:
@@ -83,35 +108,53 @@ def _record(body: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def _applied_to(target: dict[str, Any], write: DesiredWrite) -> dict[str, Any]:
-    """The target after a forced apply of `write` (enough of SSA for these fields)."""
-    out = copy.deepcopy(target)
+def _merge_keyed(dst: dict[str, Any], src: dict[str, Any], field: str, key: str) -> None:
+    """A keyed list as server-side apply merges it: entries by `key`, fields laid over."""
+    if field not in src:
+        return
+    items = dst.setdefault(field, [])
+    for entry in src[field]:
+        same = next((i for i in items if i[key] == entry[key]), None)
+        if same is None:
+            items.append(copy.deepcopy(entry))
+        else:
+            same.update(copy.deepcopy(entry))
+
+
+def _applied_to(target: dict[str, Any], writes: list[DesiredWrite]) -> dict[str, Any]:
+    """The target after `writes`: JSON patches applied, then the apply that is the last
+    (server-side apply's merge, for the fields kvtier sets)."""
+    out = _patched(target, writes)
+    write = writes[-1]
     out.setdefault("metadata", {}).setdefault("annotations", {}).update(
         write.body["metadata"]["annotations"]
     )
     if out["kind"] == "InferenceService":
         src, dst = write.body["spec"]["predictor"]["model"], out["spec"]["predictor"]["model"]
-        dst["args"] = src["args"]
-        dst.setdefault("resources", {}).setdefault("requests", {}).update(
-            src["resources"]["requests"]
-        )
-        if "limits" in src["resources"]:
-            dst["resources"].setdefault("limits", {}).update(src["resources"]["limits"])
     else:
-        src = _main(write.body)
-        dst = _main(out)
-        for env in src.get("env", []):
-            dst["env"] = [e for e in dst.get("env", []) if e["name"] != env["name"]] + [env]
-        dst["resources"]["requests"].update(src["resources"]["requests"])
-        if "limits" in src["resources"]:
-            dst["resources"]["limits"].update(src["resources"]["limits"])
+        src, dst = _main(write.body), _main(out)
+        _merge_keyed(out["spec"]["template"], write.body["spec"]["template"], "volumes", "name")
+        if "kvCacheOffloading" in write.body["spec"]:
+            out["spec"]["kvCacheOffloading"] = write.body["spec"]["kvCacheOffloading"]
+    _merge_keyed(dst, src, "env", "name")
+    _merge_keyed(dst, src, "volumeMounts", "mountPath")
+    resources = dst.setdefault("resources", {})
+    for section, values in src["resources"].items():
+        resources.setdefault(section, {}).update(values)
     return out
+
+
+def _undone(target: dict[str, Any]) -> dict[str, Any]:
+    """`target` after kvtier takes its fields back."""
+    undo = unapply_writes(target)
+    assert [w.action for w in undo] == ["Patch"]  # one JSON patch: all or nothing
+    return _patched(target, undo)
 
 
 # --- InferenceService -------------------------------------------------------------------------
 
 
-def test_isvc_body_has_only_owned_fields() -> None:
+def test_isvc_apply_body_has_only_owned_keyed_fields() -> None:
     write = _patch(_isvc())
     body = write.body
     assert (write.action, write.kind, write.name, write.namespace) == (
@@ -122,18 +165,20 @@ def test_isvc_body_has_only_owned_fields() -> None:
     )
     assert body["apiVersion"] == "serving.kserve.io/v1beta1"
     assert set(body["metadata"]) == {"name", "namespace", "annotations"}
-    assert set(body["spec"]) == {"predictor"}
-    assert set(body["spec"]["predictor"]) == {"model", "volumes"}
+    # The atomic lists (volumes, args) are never in an apply body: it would replace them.
+    assert body["spec"] == {"predictor": {"model": body["spec"]["predictor"]["model"]}}
     model = body["spec"]["predictor"]["model"]
-    assert set(model) == {"args", "resources", "volumeMounts"}  # no env: one replica
+    assert set(model) == {"resources", "volumeMounts"}  # no env: one replica
     assert model["volumeMounts"] == [
         {"name": DSHM_VOLUME, "mountPath": "/dev/shm"},
         {"name": KV_CACHE_VOLUME, "mountPath": "/mnt/kv-cache"},
     ]
 
 
-def test_isvc_keeps_user_args_and_appends_the_flag() -> None:
-    model = _patch(_isvc()).body["spec"]["predictor"]["model"]
+def test_isvc_atomic_lists_keep_the_users_items() -> None:
+    target = _isvc()
+    patched = _patched(target, _writes(target))
+    model = patched["spec"]["predictor"]["model"]
     assert model["args"] == [
         "--tensor-parallel-size=4",
         "--max-model-len=131072",
@@ -142,19 +187,47 @@ def test_isvc_keeps_user_args_and_appends_the_flag() -> None:
         ARG,
     ]
     assert json.loads(model["args"][-1]) == CONFIG
-
-
-def test_isvc_volumes_dshm_and_per_pod_claim() -> None:
-    volumes = _patch(_isvc()).body["spec"]["predictor"]["volumes"]
-    assert volumes[0] == {
+    volumes = patched["spec"]["predictor"]["volumes"]
+    assert volumes[0] == {"name": "chat-templates", "configMap": {"name": "llama-chat-templates"}}
+    assert volumes[1] == {
         "name": DSHM_VOLUME,
         "emptyDir": {"medium": "Memory", "sizeLimit": "260Gi"},
     }
-    assert volumes[1]["name"] == KV_CACHE_VOLUME
-    template = volumes[1]["ephemeral"]["volumeClaimTemplate"]
-    assert template["spec"] == NVME_SPEC
-    assert template["metadata"]["labels"] == {"kvcache.io/tier-id": "abc"}
+    assert volumes[2]["name"] == KV_CACHE_VOLUME
+    # No labels in the claim template: KServe's schema would prune them (and kvtier would
+    # then see its write missing forever).
+    assert volumes[2]["ephemeral"] == {"volumeClaimTemplate": {"spec": NVME_SPEC}}
     assert all("hostPath" not in v for v in volumes)
+
+
+def test_isvc_patch_is_guarded_by_the_value_read() -> None:
+    target = _isvc()
+    ops = _ops(target)
+    tests = [op for op in ops if op["op"] == "test"]
+    assert {op["path"] for op in tests} == {"/spec/predictor/volumes", "/spec/predictor/model/args"}
+    # Someone adds a volume between kvtier's read and its write: the patch fails, never
+    # drops the newcomer.
+    raced = copy.deepcopy(target)
+    raced["spec"]["predictor"]["volumes"].append({"name": "late", "emptyDir": {}})
+    with pytest.raises(jsonpatch.JsonPatchTestFailed):
+        jsonpatch.apply_patch(raced, ops)
+
+
+def test_isvc_absent_list_is_added_under_a_test_of_its_parent() -> None:
+    target = _isvc()
+    del target["spec"]["predictor"]["volumes"]
+    ops = _ops(target)
+    assert ops[0] == {
+        "op": "test",
+        "path": "/spec/predictor",
+        "value": target["spec"]["predictor"],
+    }
+    assert ops[1]["op"] == "add" and ops[1]["path"] == "/spec/predictor/volumes"
+    patched = _patched(target, _writes(target))
+    assert [v["name"] for v in patched["spec"]["predictor"]["volumes"]] == [
+        DSHM_VOLUME,
+        KV_CACHE_VOLUME,
+    ]
 
 
 def test_isvc_memory_is_user_plus_tier() -> None:
@@ -163,32 +236,41 @@ def test_isvc_memory_is_user_plus_tier() -> None:
 
 
 def test_isvc_cephfs_uses_shared_claim() -> None:
-    write = _patch(_isvc(), _offload(disk=SharedClaim("kvtier-x-cephfs"), disk_label="CephFS"))
-    volumes = write.body["spec"]["predictor"]["volumes"]
-    assert volumes[1] == {
+    offload = _offload(disk=SharedClaim("kvtier-x-cephfs"), disk_label="CephFS")
+    patched = _patched(_isvc(), _writes(_isvc(), offload))
+    assert patched["spec"]["predictor"]["volumes"][2] == {
         "name": KV_CACHE_VOLUME,
         "persistentVolumeClaim": {"claimName": "kvtier-x-cephfs"},
     }
 
 
 def test_isvc_cpu_only_mounts_no_disk() -> None:
-    write = _patch(_isvc(), _offload(disk=None, disk_label=None))
-    pred = write.body["spec"]["predictor"]
-    assert [v["name"] for v in pred["volumes"]] == [DSHM_VOLUME]
-    assert pred["model"]["volumeMounts"] == [{"name": DSHM_VOLUME, "mountPath": "/dev/shm"}]
+    writes = _writes(_isvc(), _offload(disk=None, disk_label=None))
+    pred = _patched(_isvc(), writes)["spec"]["predictor"]
+    assert [v["name"] for v in pred["volumes"]] == ["chat-templates", DSHM_VOLUME]
+    assert writes[-1].body["spec"]["predictor"]["model"]["volumeMounts"] == [
+        {"name": DSHM_VOLUME, "mountPath": "/dev/shm"}
+    ]
+
+
+def test_isvc_applied_target_needs_no_patch() -> None:
+    applied = _applied_to(_isvc(), _writes(_isvc()))
+    assert _ops(applied) == []  # nothing to change: no JSON patch at all
 
 
 def test_isvc_rerender_replaces_own_flag_not_the_users_args() -> None:
-    first = _patch(_isvc())
-    applied = _applied_to(_isvc(), first)
+    applied = _applied_to(_isvc(), _writes(_isvc()))
     bigger = kv_transfer_config(300 * GiB, 16, "NVMe")
-    second = _patch(applied, _offload(kv_transfer_config=bigger, cpu_bytes=300 * GiB))
-    args = second.body["spec"]["predictor"]["model"]["args"]
+    offload = _offload(kv_transfer_config=bigger, cpu_bytes=300 * GiB)
+    second = _writes(applied, offload)
+    args = _patched(applied, second)["spec"]["predictor"]["model"]["args"]
     assert args[:3] == _isvc()["spec"]["predictor"]["model"]["args"]
     assert args.count("--kv-transfer-config") == 1
     assert json.loads(args[-1]) == bigger
+    # Only args change: the volumes are already right, so no op touches them.
+    assert {op["path"] for op in _ops(applied, offload)} == {"/spec/predictor/model/args"}
     # Memory is added to the user's 64Gi, not to kvtier's previous 580Gi.
-    resources = second.body["spec"]["predictor"]["model"]["resources"]
+    resources = second[-1].body["spec"]["predictor"]["model"]["resources"]
     assert resources["requests"]["memory"] == "580Gi"
 
 
@@ -216,36 +298,74 @@ def test_isvc_without_model_is_unsupported() -> None:
     assert err.value.reason == "UnsupportedTarget"
 
 
-def test_isvc_unapply_restores_user_args_and_memory() -> None:
-    applied = _applied_to(_isvc(), _patch(_isvc()))
-    body = unapply_body(applied)
-    assert body == {
-        "apiVersion": "serving.kserve.io/v1beta1",
-        "kind": "InferenceService",
-        "metadata": {"name": "llama-3-1-70b", "namespace": "llm"},
-        "spec": {
-            "predictor": {
-                "model": {
-                    "args": [
-                        "--tensor-parallel-size=4",
-                        "--max-model-len=131072",
-                        "--enable-prefix-caching",
-                    ],
-                    "resources": {"requests": {"memory": "64Gi"}, "limits": {"memory": "64Gi"}},
-                }
-            }
-        },
-    }
+@pytest.mark.parametrize("seed", [None, "123"])
+@pytest.mark.parametrize("load", [_isvc, _v1alpha1, _v1alpha2])
+def test_unapply_gives_back_exactly_the_users_target(load: Any, seed: str | None) -> None:
+    original = load()
+    applied = _applied_to(original, _writes(original, _offload(python_hash_seed=seed)))
+    assert applied != original
+    assert _undone(applied) == original
 
 
-def test_unapply_of_untouched_target_is_identity_only() -> None:
+def test_unapply_removes_lists_kvtier_created() -> None:
+    original = _isvc()
+    del original["spec"]["predictor"]["volumes"]
+    del original["spec"]["predictor"]["model"]["args"]
+    del original["spec"]["predictor"]["model"]["volumeMounts"]
+    del original["spec"]["predictor"]["model"]["resources"]["requests"]  # only limits
+    applied = _applied_to(original, _writes(original))
+    assert applied["spec"]["predictor"]["model"]["resources"]["requests"]["memory"] == "580Gi"
+    assert _undone(applied) == original  # no empty requests map, no empty annotations
+
+
+def test_unapply_ops_are_guarded() -> None:
+    applied = _applied_to(_isvc(), _writes(_isvc()))
+    ops = unapply_writes(applied)[0].body["jsonPatch"]
+    # Every change is preceded by a test of what it changes.
+    for i, op in enumerate(ops):
+        if op["op"] != "test":
+            assert ops[i - 1]["op"] == "test"
+            assert op["path"].startswith(ops[i - 1]["path"].rsplit("/", 1)[0])
+    # The user edits the memory meanwhile: the patch fails rather than overwrite it.
+    raced = copy.deepcopy(applied)
+    raced["spec"]["predictor"]["model"]["resources"]["requests"]["memory"] = "700Gi"
+    with pytest.raises(jsonpatch.JsonPatchTestFailed):
+        jsonpatch.apply_patch(raced, ops)
+
+
+def test_unapply_of_untouched_target_writes_nothing() -> None:
     for target in (_isvc(), _v1alpha1(), _v1alpha2()):
-        body = unapply_body(target)
-        assert set(body) == {"apiVersion", "kind", "metadata"}
-        assert body["metadata"] == {
-            "name": target["metadata"]["name"],
-            "namespace": target["metadata"]["namespace"],
+        assert unapply_writes(target) == []
+
+
+def _managed(target: dict[str, Any], manager: str, api_version: str, fields: Any) -> None:
+    target["metadata"].setdefault("managedFields", []).append(
+        {
+            "manager": manager,
+            "operation": "Apply",
+            "apiVersion": api_version,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": fields,
         }
+    )
+
+
+def test_atomic_spec_is_refused_before_any_write() -> None:
+    target = _isvc()
+    _managed(target, "kubectl", "serving.kserve.io/v1beta1", {"f:spec": {}})
+    assert spec_is_atomic(target)
+    with pytest.raises(RenderError) as err:
+        target_patch(target, _offload())
+    assert (err.value.reason, err.value.condition) == ("AtomicSpec", "Applied")
+    assert "minimal" in err.value.message
+
+
+def test_granular_spec_is_not_atomic() -> None:
+    target = _isvc()
+    _managed(target, "kubectl", "serving.kserve.io/v1beta1", {"f:spec": {"f:predictor": {}}})
+    _managed(target, "kvtier-operator", "serving.kserve.io/v1beta1", {"f:spec": {}})
+    assert not spec_is_atomic(target)
+    assert target_patch(target, _offload())
 
 
 # --- LLMInferenceService v1alpha1 ---------------------------------------------------------------
@@ -278,14 +398,10 @@ def test_v1alpha1_without_user_env_sets_only_the_flag() -> None:
 
 def test_v1alpha1_rerender_and_unapply_restore_user_env() -> None:
     first = _patch(_v1alpha1())
-    applied = _applied_to(_v1alpha1(), first)
+    applied = _applied_to(_v1alpha1(), [first])
     second = _patch(applied)
     assert second.body == first.body  # stable: no flag appended twice, no memory creep
-    body = unapply_body(applied)
-    main = _main(body)
-    assert main["env"] == [{"name": "VLLM_ADDITIONAL_ARGS", "value": "--max-model-len 131072"}]
-    assert main["resources"] == {"requests": {"memory": "96Gi"}, "limits": {"memory": "96Gi"}}
-    assert "volumes" not in body["spec"]["template"]
+    assert _undone(applied) == _v1alpha1()
 
 
 def test_v1alpha1_user_flag_in_env_is_a_conflict() -> None:
@@ -316,7 +432,7 @@ def test_user_hash_seed_is_kept() -> None:
 
 def test_own_hash_seed_is_updated() -> None:
     first = _patch(_v1alpha1(), _offload(python_hash_seed="123"))
-    applied = _applied_to(_v1alpha1(), first)
+    applied = _applied_to(_v1alpha1(), [first])
     env = _main(_patch(applied, _offload(python_hash_seed="456")).body)["env"]
     assert {"name": "PYTHONHASHSEED", "value": "456"} in env
 
@@ -362,9 +478,30 @@ def test_v1alpha2_foreign_native_field_is_a_conflict() -> None:
 
 def test_v1alpha2_own_native_field_is_updated() -> None:
     first = _patch(_v1alpha2())
-    applied = _applied_to(_v1alpha2(), first)
+    applied = _applied_to(_v1alpha2(), [first])
     applied["spec"]["kvCacheOffloading"] = first.body["spec"]["kvCacheOffloading"]
-    assert isinstance(target_patch(applied, _offload(cpu_bytes=128 * GiB)), DesiredWrite)
+    native = _patch(applied, _offload(cpu_bytes=128 * GiB)).body["spec"]["kvCacheOffloading"]
+    assert native["cpu"] == "128Gi"
+
+
+def test_v1alpha2_written_by_a_v1alpha1_manager_gets_the_v1alpha1_form() -> None:
+    # Converting to v1alpha1 drops kvCacheOffloading: each of their writes would remove
+    # the native field, so kvtier passes the flag in VLLM_ADDITIONAL_ARGS instead.
+    target = _v1alpha2()
+    _managed(target, "argocd-controller", "serving.kserve.io/v1alpha1", {"f:spec": {"f:model": {}}})
+    write = _patch(target)
+    assert write.body["apiVersion"] == "serving.kserve.io/v1alpha1"
+    assert "kvCacheOffloading" not in write.body["spec"]
+    env = {e["name"]: e["value"] for e in _main(write.body)["env"]}
+    assert env["VLLM_ADDITIONAL_ARGS"].endswith(f"--kv-transfer-config '{ARG}'")
+    assert _undone(_applied_to(target, [write])) == target
+
+
+def test_v1alpha2_written_only_at_v1alpha2_keeps_the_native_field() -> None:
+    target = _v1alpha2()
+    _managed(target, "argocd-controller", "serving.kserve.io/v1alpha2", {"f:spec": {"f:model": {}}})
+    _managed(target, "kvtier-operator", "serving.kserve.io/v1alpha1", {"f:spec": {"f:x": {}}})
+    assert "kvCacheOffloading" in _patch(target).body["spec"]
 
 
 def test_v1alpha2_user_flag_is_a_conflict() -> None:
@@ -388,19 +525,18 @@ def test_existing_user_dshm_is_resized_and_restored() -> None:
     pred = target["spec"]["predictor"]
     pred["volumes"].append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}})
     pred["model"]["volumeMounts"].append({"name": "dshm", "mountPath": "/dev/shm"})
-    write = _patch(target)
-    body_pred = write.body["spec"]["predictor"]
-    assert body_pred["volumes"][0] == {
-        "name": "dshm",
-        "emptyDir": {"medium": "Memory", "sizeLimit": "260Gi"},
+    writes = _writes(target)
+    volumes = _patched(target, writes)["spec"]["predictor"]["volumes"]
+    assert volumes[1] == {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "260Gi"}}
+    assert DSHM_VOLUME not in [v["name"] for v in volumes]
+    mounts = writes[-1].body["spec"]["predictor"]["model"]["volumeMounts"]
+    assert all(m["mountPath"] != "/dev/shm" for m in mounts)
+    assert _record(writes[-1].body)["shm"] == {
+        "volume": "dshm",
+        "base": "2Gi",
+        "applied": 260 * GiB,
     }
-    assert {"mountPath": "/dev/shm"} not in body_pred["model"]["volumeMounts"]
-    assert all(m["mountPath"] != "/dev/shm" for m in body_pred["model"]["volumeMounts"])
-    assert _record(write.body)["shm"] == {"volume": "dshm", "base": "2Gi", "applied": 260 * GiB}
-    applied = _applied_to(target, write)
-    assert unapply_body(applied)["spec"]["predictor"]["volumes"] == [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}
-    ]
+    assert _undone(_applied_to(target, writes)) == target
 
 
 def test_non_memory_volume_at_dev_shm_is_a_conflict() -> None:

@@ -73,19 +73,21 @@ def test_nvme_isvc_writes_in_order() -> None:
     result = _llama()
     assert result.conflict is None
     kinds = [w.kind for w in result.writes]
-    assert kinds == ["StorageClass"] + ["PersistentVolume"] * 3 + ["InferenceService"]
-    assert all(w.action == "Apply" for w in result.writes)
+    assert kinds == ["StorageClass"] + ["PersistentVolume"] * 3 + ["InferenceService"] * 2
+    # The atomic lists by JSON patch, then the apply that mounts what the patch added.
+    assert [w.action for w in result.writes] == ["Apply"] * 4 + ["Patch", "Apply"]
     pvs = result.writes[1:4]
     assert {w.body["spec"]["capacity"]["storage"] for w in pvs} == {"1Ti"}  # tier's nvme.size
     # The example pool is HostPath: PVs of type DirectoryOrCreate, one directory per tier.
     assert {w.body["spec"]["hostPath"]["path"] for w in pvs} == {
         "/var/mnt/nvme/kvtier/llm/llama70b"
     }
-    patch = result.writes[-1]
+    lists, patch = result.writes[-2:]
     assert (patch.name, patch.namespace) == ("llama-3-1-70b", "llm")
-    assert "hostPath" not in set(_walk(patch.body))  # pods never see a hostPath
-    volumes = patch.body["spec"]["predictor"]["volumes"]
-    claim = volumes[1]["ephemeral"]["volumeClaimTemplate"]["spec"]
+    assert "hostPath" not in set(_walk([lists.body, patch.body]))  # pods never see a hostPath
+    volumes = next(op for op in lists.body["jsonPatch"] if op["op"] == "replace")["value"]
+    assert [v["name"] for v in volumes] == ["chat-templates", "kvtier-dshm", "kvtier-kv-cache"]
+    claim = volumes[2]["ephemeral"]["volumeClaimTemplate"]["spec"]
     assert claim["selector"]["matchLabels"][TIER_ID] == TierRef("llm", "llama70b").id
     assert claim["storageClassName"] == result.writes[0].name
     model = patch.body["spec"]["predictor"]["model"]
@@ -186,19 +188,20 @@ def test_more_replicas_than_nodes_is_noted() -> None:
 
 def test_plan_status_validates_against_the_crd_model() -> None:
     status = PlanStatus.model_validate(_llama().plan_status())
-    assert status.actions is not None and len(status.actions) == 5
+    assert status.actions is not None and len(status.actions) == 6
     assert status.actions[0].namespace is None  # cluster-scoped StorageClass
     assert status.actions[-1].kind == "InferenceService"
 
 
-def test_plan_status_cap_keeps_the_target_patch() -> None:
-    patch = _llama().writes[-1]
+def test_plan_status_cap_keeps_the_target_writes() -> None:
+    lists, patch = _llama().writes[-2:]
     pv = _llama().writes[1]
-    result = RenderResult(writes=[pv] * 100 + [patch])
+    result = RenderResult(writes=[pv] * 100 + [lists, patch])
     actions = result.plan_status()["actions"]
     assert len(actions) == PLAN_ACTIONS_MAX
-    assert actions[-1]["kind"] == "InferenceService"
-    assert result.summary.count("\n") == 100  # every write is in the summary
+    assert [a["action"] for a in actions[-2:]] == ["Patch", "Apply"]
+    assert actions[-3]["kind"] == "PersistentVolume"
+    assert result.summary.count("\n") == 101  # every write is in the summary
 
 
 def test_prune_deletes_only_this_tiers_unwanted_objects() -> None:

@@ -30,7 +30,15 @@ from kvtier.policy.decide import (
     claim_key,
     decide,
 )
-from kvtier.policy.provisioning import object_key, pending_writes, policy_writes, removal_writes
+from kvtier.policy.provisioning import (
+    Unkept,
+    UnkeptKey,
+    object_key,
+    pending_writes,
+    policy_writes,
+    removal_writes,
+    unkept_write,
+)
 from kvtier.policy.replica1 import OWNED_KINDS as REPLICA1_KINDS
 from kvtier.policy.replica1 import RECHECK_SECONDS as REPLICA1_RECHECK_SECONDS
 from kvtier.policy.replica1 import SELECTOR as REPLICA1_SELECTOR
@@ -92,6 +100,8 @@ class Controller:
         self.informers: list[Informer] = []
         # Set while this replica may act (it holds the Lease, or election is off).
         self.leading = asyncio.Event()
+        # Writes the API server did not keep, by object: held back until it changes.
+        self.unkept: dict[UnkeptKey, Unkept] = {}
 
     def lead(self) -> None:
         """Became the acting replica: once the watches have delivered what exists,
@@ -214,6 +224,7 @@ class Controller:
             owned=self.cache.owned_for(namespace, name),
             probe_image=self.probe_image,
             rivals=self._rivals(key, tier),
+            unkept=self.unkept,
         )
         decision = decide(facts)
         finalizers = (tier.get("metadata") or {}).get("finalizers") or []
@@ -234,6 +245,8 @@ class Controller:
             decision = decide(facts)
         elif decision.mode != "Apply" and FINALIZER in finalizers:
             await self._take_back(tier, deleting=False)  # Apply → Plan
+        for w in decision.held:
+            metrics.WRITES_HELD.labels(w.kind).inc()
         try:
             if decision.mode == "Apply" and decision.probe is not None:
                 await self._probe(tier, decision)
@@ -287,6 +300,7 @@ class Controller:
         One Event tells what was written: here, or by the caller when `announce_done` is
         False and all went through (a failure part-way is always told here)."""
         done: list[DesiredWrite] = []
+        generations: dict[tuple[str, str | None, str], Any] = {}
         try:
             for w in writes:
                 if w.action == "Delete":
@@ -296,17 +310,59 @@ class Controller:
                     metrics.WRITES.labels("delete", w.kind).inc()
                     self.cache.forget_written(w.kind, w.namespace, w.name)
                 else:
-                    written = await asyncio.to_thread(self.kube.apply, w.body)
-                    metrics.WRITES.labels("apply", w.kind).inc()
+                    written = await self._send(w)
+                    key = (w.kind, w.namespace, w.name, w.action)
+                    unkept = unkept_write(w, written)
+                    if unkept is None:
+                        self.unkept.pop(key, None)
+                    else:
+                        self.unkept[key] = unkept
+                        log.warning(
+                            "%s %s: the API server did not keep %s; holding this write back",
+                            w.kind,
+                            w.name,
+                            ", ".join(unkept.paths),
+                        )
                     if written:
                         self.cache.remember_written(written)
+                        generations[key[:3]] = (written.get("metadata") or {}).get("generation")
                 done.append(w)
         except BaseException:
             self._announce(tier, [], done)
             raise
+        finally:
+            # kvtier's own later writes to an object do not count as a change to it.
+            for held, unkept in list(self.unkept.items()):
+                if held[:3] in generations:
+                    self.unkept[held] = replace(unkept, generation=generations[held[:3]])
         if announce_done:
             self._announce(tier, [], done)
         return done
+
+    async def _send(self, w: DesiredWrite) -> Any:
+        """One Apply or Patch. A Patch whose guard failed (the object changed since it was
+        read: 422 from a `test` op, or 409) refreshes the cached object before the error
+        goes up, so the retry renders from what the server holds."""
+        if w.action == "Apply":
+            written = await asyncio.to_thread(self.kube.apply, w.body)
+            metrics.WRITES.labels("apply", w.kind).inc()
+            return written
+        try:
+            ops = w.body["jsonPatch"]
+            written = await asyncio.to_thread(
+                self.kube.json_patch, w.api_version, w.kind, w.name, w.namespace, ops
+            )
+        except ApiException as exc:
+            if exc.status in (409, 422):
+                fresh = await asyncio.to_thread(
+                    self.kube.get, w.api_version, w.kind, w.name, w.namespace
+                )
+                if fresh:
+                    self.cache.remember_written(fresh)
+            raise
+        finally:
+            metrics.WRITES.labels("patch", w.kind).inc()
+        return written
 
     async def _probe(self, tier: Mapping[str, Any], decision: Decision) -> None:
         """Start, collect and clean up the tier's fio probe Job as decided."""
@@ -377,7 +433,7 @@ class Controller:
         observed = {**owned}
         if target is not None:
             observed[object_key(target)] = target
-        todo = [w for w in writes if w.action == "Apply"] + pending_writes(
+        todo = [w for w in writes if w.action != "Delete"] + pending_writes(
             [w for w in writes if w.action == "Delete"], observed
         )
         try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,7 @@ from kvtier.names import FIELD_MANAGER
 
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 # How often the client's token refresh runs. Its loaders renew a token 5 minutes before a
 # kubeconfig token expires and re-read the service-account token file every minute, so
@@ -257,6 +258,23 @@ class Kube:
     ) -> Any:
         return self.request(
             "PATCH", resource(api_version, kind).path(namespace, name), patch, content_type=MERGE
+        )
+
+    def json_patch(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        namespace: str | None,
+        ops: Sequence[Mapping[str, Any]],
+    ) -> Any:
+        """A JSON patch (RFC 6902) by kvtier's field manager; a failed `test` op is a 422."""
+        return self.request(
+            "PATCH",
+            resource(api_version, kind).path(namespace, name),
+            list(ops),  # a list: the client sends anything else as a strategic merge patch
+            content_type=JSON_PATCH,
+            query={"fieldManager": FIELD_MANAGER},
         )
 
     def create(self, body: Mapping[str, Any]) -> Any:

@@ -24,10 +24,14 @@ from kvtier.policy.effective import EffectiveSettings, effective_settings
 from kvtier.policy.gate import gate_tier
 from kvtier.policy.probing import ProbeStep, plan_probe
 from kvtier.policy.provisioning import (
+    Unkept,
+    UnkeptKey,
     applied_verdict,
     disk_tier_status,
+    hold_unkept,
     pending_writes,
     provisioned_verdict,
+    schema_mismatch_verdict,
     split_writes,
 )
 from kvtier.policy.targets import Placement, TargetFacts, placement, target_facts
@@ -88,6 +92,8 @@ class Facts:
     probe_image: str = DEFAULT_PROBE_IMAGE  # the operator's own image runs `kvtier probe`
     # Other Apply-mode tiers naming the same target, as claim_key() of each.
     rivals: Sequence[tuple[int, str, str]] = ()
+    # Writes the API server answered without keeping them, by object (see Unkept).
+    unkept: Mapping[UnkeptKey, Unkept] = field(default_factory=dict)
 
 
 READY_APPLIED = "Applied"  # Ready's reason in Apply mode, and the reason of a writes Event
@@ -135,6 +141,8 @@ class Decision:
     target: TargetFacts | None = None
     # Apply mode: the writes still needed (in order), and every object the tier owns now.
     writes: list[DesiredWrite] = field(default_factory=list)
+    # Writes held back: the server did not keep them last time (Applied SchemaMismatch).
+    held: list[DesiredWrite] = field(default_factory=list)
     desired: list[DesiredWrite] = field(default_factory=list)
     disk_status: dict[str, Any] = field(default_factory=dict)
     applied: bool = False  # the target carries the configuration (Apply mode)
@@ -631,7 +639,7 @@ def _render(
         result = render_writes(ref, spec, eff, sp, facts.target, facts.nodes, target.replicas)
     except RenderError as exc:
         decision.status["plan"] = {"summary": f"{summary}\nCannot apply: {exc.message}"}
-        return [Verdict(ConditionType.PROVISIONED.value, FALSE, exc.reason, exc.message)]
+        return [Verdict(exc.condition, FALSE, exc.reason, exc.message)]
     if result.conflict is not None:
         decision.status["plan"] = {"summary": f"{summary}\n{result.summary}"}
         return [
@@ -659,10 +667,14 @@ def _render(
         if o.get("kind") in STORAGE_KINDS and not _pod_owned(o)  # not a pod's ephemeral claim
     ]
     cleanup = [*prune_writes(ref, storage, tier_writes), *recycle_released_volumes(storage)]
-    decision.writes = pending_writes([*cleanup, *tier_writes], observed)
-    target_write = next((w for w in tier_writes if w.kind == target.kind), None)
+    pending = pending_writes([*cleanup, *tier_writes], observed)
+    decision.writes, held = hold_unkept(pending, facts.unkept, observed)
+    decision.held = [w for w, _ in held]
+    target_writes = [w for w in tier_writes if w.kind == target.kind]
     decision.disk_status = disk_tier_status(sp.disk, tier_writes, observed)
-    applied = applied_verdict(target_write, facts.target)
+    applied = (
+        schema_mismatch_verdict(held) if held else applied_verdict(target_writes, facts.target)
+    )
     decision.applied = applied.ok
     provisioned = provisioned_verdict(sp.disk, tier_writes, observed)
     verdicts = [provisioned, applied]

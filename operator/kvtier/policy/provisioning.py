@@ -6,7 +6,10 @@ write that would change nothing and skip it (zero writes when nothing changed).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kvtier.api.common import quantity_bytes
@@ -14,7 +17,7 @@ from kvtier.api.policy import KVCachePolicySpec
 from kvtier.api.tier import ConditionType, KVCacheTierSpec
 from kvtier.policy.conditions import FALSE, TRUE, Verdict
 from kvtier.policy.effective import effective_settings, nvme_pools
-from kvtier.render import DesiredWrite, unapply_body
+from kvtier.render import DesiredWrite, unapply_writes
 from kvtier.render.cephfs import replica1_writes
 from kvtier.render.labels import RETENTION
 from kvtier.render.nvme import nvme_storage_class
@@ -41,6 +44,127 @@ def covers(current: Any, desired: Any) -> bool:
     if isinstance(desired, (int, float)) and isinstance(current, (int, float)):
         return bool(current == desired)
     return bool(current == desired) or str(current) == str(desired)
+
+
+def unkept_paths(current: Any, desired: Any, path: str = "") -> list[str]:
+    """The paths of `desired` that `current` does not hold (what `covers` found missing)."""
+    if isinstance(desired, Mapping) and isinstance(current, Mapping):
+        out: list[str] = []
+        for key, value in desired.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key not in current:
+                out.append(where)
+            else:
+                out += unkept_paths(current[key], value, where)
+        return out
+    if (
+        isinstance(desired, list)
+        and isinstance(current, list)
+        and all(isinstance(d, Mapping) for d in desired)
+    ):
+        out = []
+        for i, item in enumerate(desired):
+            if any(covers(c, item) for c in current):
+                continue
+            key = next((k for k in ("name", "mountPath") if k in item), None)
+            where = f"{path}[{item[key] if key else i}]"
+            same = next(
+                (c for c in current if key and isinstance(c, Mapping) and c.get(key) == item[key]),
+                None,
+            )
+            out += [where] if same is None else unkept_paths(same, item, where)
+        return out
+    return [] if covers(current, desired) else [path or "."]
+
+
+def expected_fields(write: DesiredWrite) -> dict[str, Any]:
+    """What the object holds after `write` went through: the apply body (whichever version the
+    object is read in: an LLMInferenceService written as v1alpha1 reads back as v1alpha2), or
+    for a JSON patch the values its add and replace ops set, nested by their paths."""
+    if write.action != "Patch":
+        return {k: v for k, v in write.body.items() if k != "apiVersion"}
+    out: dict[str, Any] = {}
+    for op in write.body.get("jsonPatch") or []:
+        if op.get("op") not in ("add", "replace"):
+            continue
+        keys = [k.replace("~1", "/").replace("~0", "~") for k in op["path"].split("/")[1:]]
+        node = out
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+        node[keys[-1]] = op["value"]
+    return out
+
+
+@dataclass(frozen=True)
+class Unkept:
+    """A write the API server answered without keeping all of it: the CRD's schema pruned or
+    changed those fields. Writing it again would change nothing, so it is held back while
+    the write is the same and the object's generation is the one that answer had."""
+
+    fingerprint: str
+    generation: int | None
+    paths: tuple[str, ...]
+
+
+# (kind, namespace, name, action) of one write.
+UnkeptKey = tuple[str, str | None, str, str]
+
+
+def write_fingerprint(write: DesiredWrite) -> str:
+    text = json.dumps([write.action, write.body], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _generation(obj: Mapping[str, Any] | None) -> int | None:
+    value = ((obj or {}).get("metadata") or {}).get("generation")
+    return value if isinstance(value, int) else None
+
+
+def unkept_write(write: DesiredWrite, answer: Mapping[str, Any] | None) -> Unkept | None:
+    """The write's fields the server's answer lacks, or None when it kept them all."""
+    if write.action == "Delete" or not answer:
+        return None
+    expected = expected_fields(write)
+    if covers(answer, expected):
+        return None
+    paths = unkept_paths(answer, expected)
+    return Unkept(write_fingerprint(write), _generation(answer), tuple(paths[:5]))
+
+
+def hold_unkept(
+    writes: Sequence[DesiredWrite],
+    unkept: Mapping[UnkeptKey, Unkept],
+    observed: Mapping[tuple[str, str | None, str], Any],
+) -> tuple[list[DesiredWrite], list[tuple[DesiredWrite, Unkept]]]:
+    """(writes to send, writes held back): a write is held while it is the one the server
+    did not keep and the object is still at that generation (nobody changed it since)."""
+    send: list[DesiredWrite] = []
+    held: list[tuple[DesiredWrite, Unkept]] = []
+    for w in writes:
+        key = (w.kind, w.namespace, w.name)
+        seen = unkept.get((*key, w.action))
+        if (
+            seen is not None
+            and seen.fingerprint == write_fingerprint(w)
+            and seen.generation == _generation(observed.get(key))
+        ):
+            held.append((w, seen))
+        else:
+            send.append(w)
+    return send, held
+
+
+def schema_mismatch_verdict(held: Sequence[tuple[DesiredWrite, Unkept]]) -> Verdict:
+    w, seen = held[0]
+    where = f"{w.namespace}/{w.name}" if w.namespace else w.name
+    return Verdict(
+        ConditionType.APPLIED.value,
+        FALSE,
+        "SchemaMismatch",
+        f"{w.kind} {where}: the API server did not keep {', '.join(seen.paths)} (the CRD's "
+        "schema prunes or changes them); kvtier stops writing it until the object, the tier "
+        "or the CRD changes",
+    )
 
 
 def split_writes(
@@ -71,12 +195,15 @@ def pending_writes(
     needed = []
     for w in writes:
         current = observed.get((w.kind, w.namespace, w.name))
-        if w.action == "Delete":
+        if w.action == "Patch":  # rendered against what was read: only when it changes it
+            if current is not None and w.body.get("jsonPatch"):
+                needed.append(w)
+        elif w.action == "Delete":
             if current is not None:
                 needed.append(w)
         elif current is None:
             needed.append(w)
-        elif not covers(current, w.body):
+        elif not covers(current, expected_fields(w)):
             if w.kind == "PersistentVolumeClaim":
                 if _claim_can_change(current, w.body):
                     needed.append(w)
@@ -151,21 +278,27 @@ def provisioned_verdict(
     return Verdict(ConditionType.PROVISIONED.value, TRUE, "Provisioned", f"{disk} tier: {what}")
 
 
-def applied_verdict(target_write: DesiredWrite | None, target: Mapping[str, Any] | None) -> Verdict:
-    if target_write is None or target is None:
+def applied_verdict(
+    target_writes: Sequence[DesiredWrite], target: Mapping[str, Any] | None
+) -> Verdict:
+    """Applied: the target holds every field of kvtier's apply, and no atomic-list patch is
+    still due (one is rendered only while the target lacks kvtier's items)."""
+    apply = next((w for w in target_writes if w.action == "Apply"), None)
+    if apply is None or target is None:
         return Verdict(ConditionType.APPLIED.value, FALSE, "NotApplied", "no target patch")
-    if covers(target, target_write.body):
+    done = covers(target, expected_fields(apply))
+    if done and not any(w.action == "Patch" for w in target_writes):
         return Verdict(
             ConditionType.APPLIED.value,
             TRUE,
             "Applied",
-            f"{target_write.kind} {target_write.name} carries kvtier's offload configuration",
+            f"{apply.kind} {apply.name} carries kvtier's offload configuration",
         )
     return Verdict(
         ConditionType.APPLIED.value,
         FALSE,
         "Applying",
-        f"{target_write.kind} {target_write.name} does not carry the configuration yet",
+        f"{apply.kind} {apply.name} does not carry the configuration yet",
     )
 
 
@@ -224,19 +357,7 @@ def removal_writes(
         # Only while kvtier's record is there: once taken back, the record is gone, and a
         # second take-back would drop the user's values kvtier had restored.
         if APPLIED_ANNOTATION in annotations:
-            body = unapply_body(target)
-            meta = body["metadata"]
-            writes.append(
-                DesiredWrite(
-                    "Apply",
-                    body["apiVersion"],
-                    body["kind"],
-                    meta["name"],
-                    meta.get("namespace"),
-                    body,
-                    f"{body['kind']} {meta['name']}: back to the user's own configuration",
-                )
-            )
+            writes += unapply_writes(target)
     for obj in owned:
         kind, namespace, name = object_key(obj)
         meta = obj.get("metadata") or {}

@@ -6,7 +6,7 @@ reports them in status.plan.
 
 from kvtier.render.labels import TierRef
 from kvtier.render.result import DesiredWrite, RenderError, RenderResult
-from kvtier.render.targets import Conflict, Offload, target_patch, unapply_body
+from kvtier.render.targets import Conflict, Offload, target_patch, unapply_writes
 from kvtier.render.writes import prune_writes, render_writes
 
 __all__ = [
@@ -19,5 +19,5 @@ __all__ = [
     "prune_writes",
     "render_writes",
     "target_patch",
-    "unapply_body",
+    "unapply_writes",
 ]

@@ -5,25 +5,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Action = Literal["Apply", "Delete"]
+# Apply: server-side apply of `body`. Patch: the JSON patch `body["jsonPatch"]` (atomic lists
+# of foreign objects, guarded by test ops). Delete.
+Action = Literal["Apply", "Patch", "Delete"]
 # status.plan.actions holds at most this many entries (KVCacheTier CRD).
 PLAN_ACTIONS_MAX = 64
 
 
 class RenderError(ValueError):
-    """The inputs cannot produce a valid set of writes; reason is a condition reason."""
+    """The inputs cannot produce a valid set of writes; reason is a condition reason, and
+    condition the type it is reported on (False)."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, condition: str = "Provisioned") -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.condition = condition
 
 
 @dataclass(frozen=True)
 class DesiredWrite:
     """One object kvtier applies (server-side, field manager kvtier-operator) or deletes.
 
-    For Apply, body is the complete apply configuration: exactly the fields kvtier owns.
+    For Apply, body is the complete apply configuration: exactly the fields kvtier owns;
+    for Patch, {"jsonPatch": [ops]}.
     """
 
     action: Action
@@ -51,8 +56,8 @@ class DesiredWrite:
 
 @dataclass(frozen=True)
 class RenderResult:
-    """The writes in apply order (Ceph pool, StorageClass, PersistentVolumes, claims, target
-    patch last), or a conflict: the target already has an offload config kvtier did not set,
+    """The writes in apply order (Ceph pool, StorageClass, PersistentVolumes, claims, the
+    target's last), or a conflict: the target already has an offload config kvtier did not set,
     in which case writes is empty and nothing may be applied."""
 
     writes: list[DesiredWrite] = field(default_factory=list)
@@ -69,9 +74,15 @@ class RenderResult:
 
     def plan_status(self) -> dict[str, Any]:
         """status.plan: the summary and the actions. Past the CRD's cap (many NVMe nodes) the
-        middle entries (PersistentVolumes) are left out of actions, never the target patch at
-        the end; the summary still names every write."""
+        middle entries (PersistentVolumes) are left out of actions, never the target's writes
+        at the end; the summary still names every write."""
         actions = [w.planned_action() for w in self.writes]
         if len(actions) > PLAN_ACTIONS_MAX:
-            actions = [*actions[: PLAN_ACTIONS_MAX - 1], actions[-1]]
+            last = self.writes[-1]
+            tail = 0
+            for w in reversed(self.writes):
+                if (w.kind, w.name) != (last.kind, last.name):
+                    break
+                tail += 1
+            actions = [*actions[: PLAN_ACTIONS_MAX - tail], *actions[-tail:]]
         return {"summary": self.summary, "actions": actions}

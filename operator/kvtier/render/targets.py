@@ -1,17 +1,35 @@
-"""Server-side-apply bodies for the model server: what kvtier owns in each target kind.
+"""The writes that put kvtier's fields on a model server, chosen per field by its real schema.
 
-An apply body holds only apiVersion, kind, metadata.name/namespace and the fields kvtier owns;
-list entries merge by key (env by name, volumes by name, volumeMounts by mountPath, containers
-by name), so the user's other entries stay theirs. Three values are not kvtier's alone and are
-overwritten (the apply must be forced): the atomic `args` list of an InferenceService, the env
-value VLLM_ADDITIONAL_ARGS of an LLMInferenceService v1alpha1, and the memory request/limit
-(plus the size of a /dev/shm volume the user already had). kvtier records what the user had
-and what it wrote in the annotation kvcache.io/applied, so that
+KServe's CRDs (v0.20) decide how each field kvtier touches merges:
+
+- keyed lists (env by name, volumeMounts by mountPath, LLMInferenceService's
+  `template.containers` and `template.volumes` by name) and plain maps are written by
+  server-side apply as field manager kvtier-operator: the body holds only kvtier's entries,
+  so the user's other entries stay theirs;
+- atomic lists (InferenceService `spec.predictor.volumes` and `spec.predictor.model.args`:
+  KServe's own PodSpec copy has no listType) would be replaced whole by an apply, so they
+  get a JSON patch that sets the list to the user's items plus kvtier's, guarded by a `test`
+  of the exact value kvtier read: a concurrent change fails the patch (it is re-read and
+  re-rendered), it is never overwritten;
+- an atomic `spec` (KServe's minimal CRDs) cannot be written without replacing the whole
+  spec: refused (`AtomicSpec`), nothing is written.
+
+Values that are not kvtier's alone are overwritten and recorded: the memory request/limit,
+the size of a /dev/shm volume the user already had, and the env value VLLM_ADDITIONAL_ARGS
+of an LLMInferenceService written as v1alpha1. The record (annotation kvcache.io/applied)
+says what the user had and what kvtier wrote, so that
 
 - a re-render adds the tier to the user's value, not to its own previous result;
 - kvtier tells its own --kv-transfer-config from one the user passes (a conflict);
-- `unapply_body` puts the user's values back (dropping a field from an apply body deletes it
-  when kvtier is its only owner, which forcing made it).
+- `unapply_writes` puts the user's values back.
+
+LLMInferenceService: v1alpha2 has the native `spec.kvCacheOffloading`, v1alpha1 has not, and
+converting an object to v1alpha1 drops it. When another manager writes the object as v1alpha1
+(its managedFields entry says so), the native field would vanish on each of their writes, so
+kvtier writes the v1alpha1 form (the flag in VLLM_ADDITIONAL_ARGS), which survives both.
+
+Ephemeral claim templates carry no labels: KServe's schema has no properties for
+`volumeClaimTemplate.metadata` and prunes them (the claims bind by the spec's selector).
 
 Memory: request = the user's request (else their limit, which Kubernetes would copy into the
 request, else 0) + sizing.pod_memory_bytes. Limit = the user's limit + pod_memory_bytes when
@@ -27,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvtier.names import FIELD_MANAGER
 from kvtier.render.naming import DSHM_VOLUME, KV_CACHE_VOLUME
 from kvtier.render.quantities import quantity_to_bytes, to_quantity
 from kvtier.render.result import DesiredWrite, RenderError
@@ -57,7 +76,6 @@ class PerPodClaim:
     """A claim template, one claim per pod (local NVMe)."""
 
     spec: Mapping[str, Any]
-    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -89,11 +107,15 @@ class Conflict:
 # --- reading the target -------------------------------------------------------------------------
 
 
-def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:
+def _get(obj: Any, *path: str) -> Any:
+    """The value at `path` (list items by their index as a string), else None."""
     for key in path:
-        if not isinstance(obj, Mapping):
+        if isinstance(obj, Mapping):
+            obj = obj.get(key)
+        elif isinstance(obj, list) and key.isdigit() and int(key) < len(obj):
+            obj = obj[int(key)]
+        else:
             return None
-        obj = obj.get(key)
     return obj
 
 
@@ -239,16 +261,6 @@ def _resources(memory: _Memory) -> dict[str, Any]:
     return resources
 
 
-def _restored_resources(applied: Mapping[str, Any]) -> dict[str, Any]:
-    """The user's memory values kvtier overwrote, to hand back on removal."""
-    resources: dict[str, Any] = {}
-    for key, section in (("memoryRequest", "requests"), ("memoryLimit", "limits")):
-        base = _get(applied, key, "base")
-        if base is not None:
-            resources[section] = {"memory": base}
-    return resources
-
-
 @dataclass(frozen=True)
 class _Shm:
     volume: dict[str, Any]
@@ -288,14 +300,6 @@ def _shm(
     return _Shm(volume, None, {"shm": {"volume": user_name, "base": base, "applied": size}})
 
 
-def _restored_shm(applied: Mapping[str, Any]) -> list[dict[str, Any]]:
-    name = _get(applied, "shm", "volume")
-    base = _get(applied, "shm", "base")
-    if name is None or base is None:
-        return []
-    return [{"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": base}}]
-
-
 # --- shared pieces of every pod-level body ------------------------------------------------------
 
 
@@ -313,12 +317,7 @@ def _disk_volume(disk: SharedClaim | PerPodClaim) -> dict[str, Any]:
         return {"name": KV_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": disk.name}}
     return {
         "name": KV_CACHE_VOLUME,
-        "ephemeral": {
-            "volumeClaimTemplate": {
-                "metadata": {"labels": dict(disk.labels)},
-                "spec": copy.deepcopy(dict(disk.spec)),
-            }
-        },
+        "ephemeral": {"volumeClaimTemplate": {"spec": copy.deepcopy(dict(disk.spec))}},
     }
 
 
@@ -387,6 +386,130 @@ def _write(target: Mapping[str, Any], body: dict[str, Any], summary: str) -> Des
     )
 
 
+# --- schema facts read off the object -----------------------------------------------------------
+
+
+def _fields_of(entry: Mapping[str, Any]) -> Mapping[str, Any]:
+    fields = entry.get("fieldsV1")
+    return fields if isinstance(fields, Mapping) else {}
+
+
+def _foreign_entries(target: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """managedFields entries of other managers for the main resource (not status)."""
+    entries = _get(target, "metadata", "managedFields") or []
+    return [
+        e
+        for e in entries
+        if isinstance(e, Mapping)
+        and e.get("manager") != FIELD_MANAGER
+        and e.get("subresource") in (None, "")
+    ]
+
+
+def spec_is_atomic(target: Mapping[str, Any]) -> bool:
+    """Whether the CRD declares `spec` an atomic map (KServe's minimal CRDs): a manager that
+    set spec then owns it as one leaf, `f:spec: {}`, where a structural schema lists the
+    children it set."""
+    for entry in _foreign_entries(target):
+        spec = _fields_of(entry).get("f:spec")
+        if isinstance(spec, Mapping) and not spec and _get(target, "spec"):
+            return True
+    return False
+
+
+def foreign_versions(target: Mapping[str, Any]) -> set[str]:
+    """The API versions other managers write the object in (their managedFields)."""
+    return {str(e.get("apiVersion")) for e in _foreign_entries(target) if e.get("apiVersion")}
+
+
+def _refuse_atomic_spec(target: Mapping[str, Any]) -> None:
+    if spec_is_atomic(target):
+        raise RenderError(
+            "AtomicSpec",
+            f"the {target.get('kind')} CRD declares spec an atomic map (KServe's minimal "
+            "CRDs): any write to spec would replace the user's whole spec, so kvtier writes "
+            "nothing; install KServe's full CRDs (config/crd/full) to let kvtier patch it",
+            condition="Applied",
+        )
+
+
+# --- atomic lists: a guarded JSON patch ---------------------------------------------------------
+
+
+def _pointer(path: Sequence[str]) -> str:
+    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in path)
+
+
+def _overlay(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """`top` over `base`, maps merged key by key (kvtier's fields on a user's list item)."""
+    out = dict(base)
+    for key, value in top.items():
+        below = out.get(key)
+        if isinstance(value, Mapping) and isinstance(below, Mapping):
+            out[key] = _overlay(below, value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _with_items(
+    current: Sequence[Mapping[str, Any]], items: Sequence[Mapping[str, Any]], drop: set[str]
+) -> list[dict[str, Any]]:
+    """`current` without the named items in `drop`, with `items` laid over the entries of the
+    same name in place (new ones appended)."""
+    by_name = {str(i["name"]): i for i in items}
+    out = []
+    for entry in current:
+        name = str(entry.get("name"))
+        if name in by_name:
+            out.append(_overlay(entry, by_name.pop(name)))
+        elif name not in drop:
+            out.append(dict(entry))
+    return [*out, *(copy.deepcopy(dict(i)) for i in by_name.values())]
+
+
+def list_ops(
+    target: Mapping[str, Any], path: Sequence[str], new: Sequence[Any]
+) -> list[dict[str, Any]]:
+    """JSON patch ops that set the atomic list at `path` to `new` only if it still holds what
+    kvtier read (a `test` of the whole value, or of its parent when the list is absent); []
+    when it already holds `new`."""
+    current = _get(target, *path)
+    if (current or []) == list(new):
+        return []
+    if current is None:
+        parent = list(path[:-1])
+        return [
+            {"op": "test", "path": _pointer(parent), "value": _get(target, *parent)},
+            {"op": "add", "path": _pointer(path), "value": list(new)},
+        ]
+    test = {"op": "test", "path": _pointer(path), "value": current}
+    if not new:
+        return [test, {"op": "remove", "path": _pointer(path)}]
+    return [test, {"op": "replace", "path": _pointer(path), "value": list(new)}]
+
+
+def _json_patch(
+    target: Mapping[str, Any], ops: list[dict[str, Any]], what: str
+) -> list[DesiredWrite]:
+    if not ops:
+        return []
+    meta = target["metadata"]
+    return [
+        DesiredWrite(
+            "Patch",
+            str(target["apiVersion"]),
+            str(target["kind"]),
+            meta["name"],
+            meta["namespace"],
+            {"jsonPatch": ops},
+            f"{target['kind']} {meta['namespace']}/{meta['name']}: {what} (atomic lists: "
+            "a JSON patch that changes only kvtier's items, guarded by a test of the value "
+            "read)",
+        )
+    ]
+
+
 # --- per kind -----------------------------------------------------------------------------------
 
 
@@ -406,30 +529,48 @@ def _flag_parts(
     return container, own, parts
 
 
-def inference_service_patch(target: Mapping[str, Any], offload: Offload) -> DesiredWrite | Conflict:
-    """KServe InferenceService v1beta1: the flag in spec.predictor.model.args (atomic: the
-    user's args are carried along), volumes in spec.predictor.volumes, mounts, env and memory
-    in spec.predictor.model."""
+_OWN_VOLUMES = {DSHM_VOLUME, KV_CACHE_VOLUME}
+_ISVC_VOLUMES = ("spec", "predictor", "volumes")
+_ISVC_ARGS = ("spec", "predictor", "model", "args")
+
+
+def inference_service_patch(
+    target: Mapping[str, Any], offload: Offload
+) -> list[DesiredWrite] | Conflict:
+    """KServe InferenceService v1beta1: the atomic spec.predictor.volumes and
+    spec.predictor.model.args by a guarded JSON patch (the user's items kept, kvtier's added),
+    then mounts, env and memory in spec.predictor.model by server-side apply."""
     prepared = _flag_parts(target, offload, "spec.predictor.model")
     if isinstance(prepared, Conflict):
         return prepared
     container, own, parts = prepared
     user_args, _ = _strip_own_args(container.get("args") or [], own)
-    model = {**parts.container, "args": [*user_args, KV_FLAG, offload.arg]}
+    volumes = _with_items(_volumes(target), parts.volumes, _OWN_VOLUMES)
+    ops = [
+        *list_ops(target, _ISVC_VOLUMES, volumes),
+        *list_ops(target, _ISVC_ARGS, [*user_args, KV_FLAG, offload.arg]),
+    ]
+    names = ", ".join(v["name"] for v in parts.volumes)
+    lists = _json_patch(target, ops, f"volumes {names} and args {KV_FLAG} beside the user's own")
     record = {**parts.record, "kvTransferConfig": offload.arg}
     body = {
         "apiVersion": ISVC_V1BETA1[0],
         "kind": ISVC_V1BETA1[1],
         "metadata": _metadata(target, record),
-        "spec": {"predictor": {"model": model, "volumes": parts.volumes}},
+        "spec": {"predictor": {"model": parts.container}},
     }
     request = record["memoryRequest"]["applied"]
-    return _write(target, body, _summary(target, offload, f"args {KV_FLAG}", request))
+    summary = _summary(target, offload, f"args {KV_FLAG}", request)
+    return [*lists, _write(target, body, summary)]
 
 
-def llmisvc_v1alpha1_patch(target: Mapping[str, Any], offload: Offload) -> DesiredWrite | Conflict:
-    """llm-d LLMInferenceService v1alpha1: the flag appended to env VLLM_ADDITIONAL_ARGS of
-    the `main` container (JSON single-quoted), volumes in spec.template.volumes."""
+def llmisvc_v1alpha1_patch(
+    target: Mapping[str, Any], offload: Offload
+) -> list[DesiredWrite] | Conflict:
+    """llm-d LLMInferenceService in its v1alpha1 form: the flag appended to env
+    VLLM_ADDITIONAL_ARGS of the `main` container (JSON single-quoted), volumes in
+    spec.template.volumes (keyed by name). Also used for a v1alpha2 object that others
+    write as v1alpha1, where the native field would not survive."""
     prepared = _flag_parts(target, offload, f"container {MAIN_CONTAINER}")
     if isinstance(prepared, Conflict):
         return prepared
@@ -454,7 +595,7 @@ def llmisvc_v1alpha1_patch(target: Mapping[str, Any], offload: Offload) -> Desir
         "spec": {"template": {"containers": [main], "volumes": parts.volumes}},
     }
     request = record["memoryRequest"]["applied"]
-    return _write(target, body, _summary(target, offload, ADDITIONAL_ARGS_ENV, request))
+    return [_write(target, body, _summary(target, offload, ADDITIONAL_ARGS_ENV, request))]
 
 
 def _native_secondary(disk: SharedClaim | PerPodClaim) -> dict[str, Any]:
@@ -463,7 +604,9 @@ def _native_secondary(disk: SharedClaim | PerPodClaim) -> dict[str, Any]:
     return {"fileSystem": {"pvc": {"spec": copy.deepcopy(dict(disk.spec))}}}
 
 
-def llmisvc_v1alpha2_patch(target: Mapping[str, Any], offload: Offload) -> DesiredWrite | Conflict:
+def llmisvc_v1alpha2_patch(
+    target: Mapping[str, Any], offload: Offload
+) -> list[DesiredWrite] | Conflict:
     """llm-d LLMInferenceService v1alpha2: the native spec.kvCacheOffloading (KServe writes
     the flag and mounts the disk tier itself); kvtier adds memory, /dev/shm and the seed in
     spec.template, which the native field does not cover."""
@@ -495,54 +638,146 @@ def llmisvc_v1alpha2_patch(target: Mapping[str, Any], offload: Offload) -> Desir
         },
     }
     request = record["memoryRequest"]["applied"]
-    return _write(target, body, _summary(target, offload, "spec.kvCacheOffloading", request))
+    summary = _summary(target, offload, "spec.kvCacheOffloading", request)
+    return [_write(target, body, summary)]
 
 
-def target_patch(target: Mapping[str, Any], offload: Offload) -> DesiredWrite | Conflict:
-    """The apply body for any supported target kind, or a Conflict."""
+def llmisvc_form(target: Mapping[str, Any]) -> tuple[str, str]:
+    """The LLMInferenceService version kvtier writes: v1alpha2 (the native field) unless the
+    object is v1alpha1, or another manager writes it as v1alpha1."""
     version = target_version(target)
+    if version == LLMISVC_V1ALPHA1 or LLMISVC_V1ALPHA1[0] in foreign_versions(target):
+        return LLMISVC_V1ALPHA1
+    return version
+
+
+def target_patch(target: Mapping[str, Any], offload: Offload) -> list[DesiredWrite] | Conflict:
+    """The writes for any supported target kind (a JSON patch of atomic lists, if any, then
+    the apply), or a Conflict. RenderError when the target's schema makes any write unsafe."""
+    version = target_version(target)
+    _refuse_atomic_spec(target)
     if version == ISVC_V1BETA1:
         return inference_service_patch(target, offload)
-    if version == LLMISVC_V1ALPHA1:
+    if llmisvc_form(target) == LLMISVC_V1ALPHA1:
         return llmisvc_v1alpha1_patch(target, offload)
     return llmisvc_v1alpha2_patch(target, offload)
 
 
-def unapply_body(target: Mapping[str, Any]) -> dict[str, Any]:
-    """The apply body (same field manager) that removes kvtier's fields: only identity,
-    plus the user's own values kvtier had overwritten (args, VLLM_ADDITIONAL_ARGS, memory,
-    /dev/shm size), which would otherwise be deleted with kvtier's ownership."""
-    version = target_version(target)
-    container = _container(target)
+def _value_ops(
+    target: Mapping[str, Any], path: Sequence[str], base: Any, floor: int | None = None
+) -> list[dict[str, Any]]:
+    """Ops that put the user's value `base` back at `path` (None: they had none), guarded
+    by a test of what is there; [] when nothing is there. Removing a value also removes the
+    maps above it (down to `floor` keys of the path) that held nothing else, so no empty
+    `requests: {}` or `annotations: {}` of kvtier's making is left behind."""
+    current = _get(target, *path)
+    if current is None or current == base:
+        return []
+    if base is not None:
+        return [
+            {"op": "test", "path": _pointer(path), "value": current},
+            {"op": "replace", "path": _pointer(path), "value": base},
+        ]
+    top = list(path)
+    while floor is not None and len(top) > floor:
+        parent = _get(target, *top[:-1])
+        if not isinstance(parent, Mapping) or set(parent) != {top[-1]}:
+            break
+        top = top[:-1]
+    value = _get(target, *top)
+    return [
+        {"op": "test", "path": _pointer(top), "value": value},
+        {"op": "remove", "path": _pointer(top)},
+    ]
+
+
+def _item_ops(
+    target: Mapping[str, Any], path: Sequence[str], key: str, values: set[str]
+) -> list[dict[str, Any]]:
+    """Ops that take the items whose `key` is in `values` out of the list at `path` (each
+    guarded by a test of that key; the whole list goes when nothing else is left)."""
+    items = _get(target, *path) or []
+    hits = [i for i, item in enumerate(items) if item.get(key) in values]
+    if not hits:
+        return []
+    if len(hits) == len(items):
+        return [
+            {"op": "test", "path": _pointer(path), "value": items},
+            {"op": "remove", "path": _pointer(path)},
+        ]
+    ops: list[dict[str, Any]] = []
+    for i in reversed(hits):  # from the end, so the indexes before stay right
+        where = [*path, str(i)]
+        ops += [
+            {"op": "test", "path": _pointer([*where, key]), "value": items[i][key]},
+            {"op": "remove", "path": _pointer(where)},
+        ]
+    return ops
+
+
+def _container_path(target: Mapping[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The JSON path of the vLLM container, and the ops that check it is still there."""
+    if target_version(target) == ISVC_V1BETA1:
+        return list(_ISVC_ARGS[:-1]), []
+    containers = _get(target, "spec", "template", "containers") or []
+    index = next(i for i, c in enumerate(containers) if c.get("name") == MAIN_CONTAINER)
+    path = ["spec", "template", "containers", str(index)]
+    return path, [{"op": "test", "path": _pointer([*path, "name"]), "value": MAIN_CONTAINER}]
+
+
+def unapply_writes(target: Mapping[str, Any]) -> list[DesiredWrite]:
+    """What takes kvtier's fields back: one JSON patch, all or nothing, guarded by tests of
+    the values read, that removes kvtier's items and record and puts back the user's own
+    values kvtier had overwritten (memory, /dev/shm size, VLLM_ADDITIONAL_ARGS, args).
+
+    Not an apply: a field someone else also applies (Argo CD carrying the live value of an
+    ignored field into its sync makes it a co-owner) would survive the loss of kvtier's
+    ownership. [] when kvtier left nothing on the target."""
     applied = _applied(target)
-    body: dict[str, Any] = {
-        "apiVersion": version[0],
-        "kind": version[1],
-        "metadata": _metadata(target, None),
-    }
-    restored: dict[str, Any] = {}
-    resources = _restored_resources(applied)
-    if resources:
-        restored["resources"] = resources
-    if version == ISVC_V1BETA1:
-        if "kvTransferConfig" in applied:
-            user_args, _ = _strip_own_args(container.get("args") or [], applied["kvTransferConfig"])
-            if user_args:
-                restored["args"] = user_args
-    else:
+    if not applied and APPLIED_ANNOTATION not in (_get(target, "metadata", "annotations") or {}):
+        return []
+    isvc = target_version(target) == ISVC_V1BETA1
+    container = _container(target)
+    path, ops = _container_path(target)
+    ops += _item_ops(target, [*path, "volumeMounts"], "name", _OWN_VOLUMES)
+    own_env = {HASH_SEED_ENV} if applied.get("hashSeed") else set()
+    if "additionalArgs" in applied and not isvc:
+        env = container.get("env") or []
         base = _get(applied, "additionalArgs", "base")
-        if base:
-            restored["env"] = [{"name": ADDITIONAL_ARGS_ENV, "value": base}]
-    volumes = _restored_shm(applied)
-    pod: dict[str, Any] = {"volumes": volumes} if volumes else {}
-    if version == ISVC_V1BETA1:
-        if restored:
-            pod["model"] = restored
-        if pod:
-            body["spec"] = {"predictor": pod}
-    else:
-        if restored:
-            pod["containers"] = [{"name": MAIN_CONTAINER, **restored}]
-        if pod:
-            body["spec"] = {"template": pod}
-    return body
+        index = next((i for i, e in enumerate(env) if e.get("name") == ADDITIONAL_ARGS_ENV), None)
+        if base is None:
+            own_env.add(ADDITIONAL_ARGS_ENV)
+        elif index is not None:
+            ops += _value_ops(target, [*path, "env", str(index), "value"], base)
+    ops += _item_ops(target, [*path, "env"], "name", own_env)
+    for key, section in (("memoryRequest", "requests"), ("memoryLimit", "limits")):
+        if key in applied:
+            where = [*path, "resources", section, "memory"]
+            ops += _value_ops(target, where, _get(applied, key, "base"), floor=len(path) + 1)
+    volumes_path = list(_ISVC_VOLUMES) if isvc else ["spec", "template", "volumes"]
+    shm = _get(applied, "shm", "volume")
+    for i, volume in enumerate(_volumes(target)):
+        if shm is not None and volume.get("name") == shm:
+            where = [*volumes_path, str(i), "emptyDir", "sizeLimit"]
+            ops += _value_ops(target, where, _get(applied, "shm", "base"))
+    if isvc and "kvTransferConfig" in applied:
+        user_args, _ = _strip_own_args(container.get("args") or [], applied["kvTransferConfig"])
+        ops += list_ops(target, _ISVC_ARGS, user_args)
+    # Volumes last: nothing mounts them any more once the ops above went through.
+    ops += _item_ops(target, volumes_path, "name", _OWN_VOLUMES)
+    if applied.get("kvCacheOffloading") and _get(target, "spec", "kvCacheOffloading"):
+        ops += _value_ops(target, ["spec", "kvCacheOffloading"], None)
+    ops += _value_ops(target, ["metadata", "annotations", APPLIED_ANNOTATION], None, floor=2)
+    meta = target["metadata"]
+    return [
+        DesiredWrite(
+            "Patch",
+            str(target["apiVersion"]),
+            str(target["kind"]),
+            meta["name"],
+            meta["namespace"],
+            {"jsonPatch": ops},
+            f"{target['kind']} {meta['namespace']}/{meta['name']}: back to the user's own "
+            "configuration (kvtier's items and record removed, the user's values restored)",
+        )
+    ]

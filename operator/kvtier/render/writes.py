@@ -1,8 +1,9 @@
 """Every write Apply mode performs for one KVCacheTier, in order; Plan mode reports the same.
 
 Order: the Ceph replica-1 pool and StorageClasses first (claims need them), then the NVMe
-PersistentVolumes, then claims, and the target patch last, so a model server never restarts
-onto storage that is not there yet.
+PersistentVolumes, then claims, and the target's writes last (its atomic lists, then the
+apply that mounts them), so a model server never restarts onto storage that is not there
+yet.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from kvtier.render.cephfs import (
     cephfs_storage_class_name,
     replica1_writes,
 )
-from kvtier.render.labels import TIER_ID, TierRef, tier_labels
+from kvtier.render.labels import TIER_ID, TierRef
 from kvtier.render.naming import python_hash_seed
 from kvtier.render.nvme import (
     nvme_capacity_bytes,
@@ -66,7 +67,7 @@ def render_writes(
         )
         volumes = nvme_volumes(tier, pool, nodes, capacity)
         writes += [nvme_storage_class(pool), *volumes]
-        disk = PerPodClaim(spec=nvme_claim_spec(tier, pool, capacity), labels=tier_labels(tier))
+        disk = PerPodClaim(spec=nvme_claim_spec(tier, pool, capacity))
         notes.append(
             f"NVMe PVs have reclaim policy Retain; retention {pool.retention.value}: "
             + (
@@ -111,7 +112,7 @@ def render_writes(
     patch = target_patch(target, offload)
     if isinstance(patch, Conflict):
         return RenderResult(conflict=patch.message)
-    return RenderResult(writes=[*writes, patch], notes=notes)
+    return RenderResult(writes=[*writes, *patch], notes=notes)
 
 
 def prune_writes(
