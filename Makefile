@@ -55,7 +55,7 @@ e2e: venv cluster-bin upstream-crds
 test: venv deps cluster-bin upstream-crds lint check-generated check-manifests
 	$(BIN)/pytest
 
-demo: venv cluster-bin upstream-crds
+demo: venv deps cluster-bin upstream-crds
 	hack/demo
 
 # The full-size benchmark and robustness suites (CI runs them shortened in `make test`).

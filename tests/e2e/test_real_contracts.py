@@ -316,7 +316,7 @@ def test_removal_gives_the_inference_service_back(
 
 
 @pytest.fixture(scope="module")
-def minimal() -> Iterator[tuple[LocalCluster, OperatorProcess]]:
+def minimal() -> Iterator[tuple[LocalCluster, OperatorProcess, float]]:
     workdir = Path(tempfile.mkdtemp(prefix="kvtier-minimal-"))
     local = LocalCluster(workdir)
     proc = None
@@ -324,7 +324,7 @@ def minimal() -> Iterator[tuple[LocalCluster, OperatorProcess]]:
         local.up()
         local.install_crds(REPO / "deploy" / "crds", upstream_crds("minimal"))
         proc = OperatorProcess(local, workdir / "operator.log").start()
-        yield local, proc
+        yield local, proc, time.time()
     finally:
         if proc is not None:
             proc.stop()
@@ -347,9 +347,9 @@ def minimal() -> Iterator[tuple[LocalCluster, OperatorProcess]]:
     ids=["InferenceService", "LLMInferenceService-v1alpha1"],
 )
 def test_minimal_crds_atomic_spec_is_refused_without_a_write(
-    minimal: tuple[LocalCluster, OperatorProcess], user: dict[str, Any]
+    minimal: tuple[LocalCluster, OperatorProcess, float], user: dict[str, Any]
 ) -> None:
-    local, _ = minimal
+    local, _, _ = minimal
     api = api_client(local.admin_kubeconfig)
     ns = new_namespace(api, "minimal")
     argo_sync(api, ns, user)
@@ -379,3 +379,12 @@ def test_minimal_crds_atomic_spec_is_refused_without_a_write(
     assert after["spec"] == before["spec"]
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert target_writes(local, user["kind"], start) == 0
+
+
+def test_minimal_crds_see_no_target_write_for_a_minute(
+    minimal: tuple[LocalCluster, OperatorProcess, float],
+) -> None:
+    local, _, started = minimal
+    time.sleep(max(0.0, started + 60 - time.time()))
+    for kind in PLURALS:
+        assert target_writes(local, kind, started) == 0
