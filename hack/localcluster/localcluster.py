@@ -42,7 +42,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 BUILD_SCRIPT = HERE / "build"
 CRDS_SCRIPT = HERE / "upstream-crds"
-CRD_VARIANTS = ("full", "minimal")
+CRD_VARIANTS = ("full", "minimal", "monitoring")
 KWOK_STAGES = HERE / "kwok-stages.yaml"
 
 GPU_NODES = 8

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from localcluster import LocalCluster, write_kubeconfig
+from localcluster import LocalCluster, upstream_crds, write_kubeconfig
 from tests.e2e import audit
 from tests.e2e.conftest import create_target, llm_inference_service
 from tests.e2e.kube_helpers import (
@@ -35,7 +35,6 @@ CHART = REPO / "charts" / "kvtier-operator"
 FULL_VALUES = CHART / "ci" / "full-values.yaml"
 MANIFESTS = REPO / "deploy" / "manifests"
 # Stand-ins for the Prometheus Operator kinds the full values render.
-MONITORING_KINDS = {"ServiceMonitor": "servicemonitors", "PrometheusRule": "prometheusrules"}
 
 
 def helm(cluster: LocalCluster, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -54,38 +53,11 @@ def kinds(rendered: str) -> list[str]:
     return [d["kind"] for d in yaml.safe_load_all(rendered) if d]
 
 
-def standin_crd(kind: str, plural: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.monitoring.coreos.com"},
-        "spec": {
-            "group": "monitoring.coreos.com",
-            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
-
-
 @pytest.fixture(scope="module")
 def openshift_like(cluster: LocalCluster, crds: None) -> None:
     """What the full values expect of an OpenShift cluster with monitoring."""
-    docs = [standin_crd(k, p) for k, p in MONITORING_KINDS.items()]
-    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(docs))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    # prometheus-operator's own CRDs, from its Go module (hack/localcluster/upstream-crds).
+    cluster.install_crds(upstream_crds("monitoring"))
     ns = {
         "apiVersion": "v1",
         "kind": "Namespace",
