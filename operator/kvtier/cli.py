@@ -1,8 +1,9 @@
 """The `kvtier` command: a dispatcher over subcommands registered by their modules.
 
 Each module in SUBCOMMAND_MODULES has `register(subparsers)`, which adds its subcommands and
-sets `handler` (Namespace → exit code) on each. Modules load lazily, so one subcommand's
-dependencies never slow down another.
+sets `handler` (Namespace → exit code) on each. Only the module of the command being run is
+imported; the others appear in `kvtier --help` by name and one-line help alone, so one
+subcommand's dependencies never slow down another (bench/startup.py measures it).
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from kvtier import __version__
-from kvtier.sizing import SizingError
 
-SUBCOMMAND_MODULES: tuple[str, ...] = (
-    "kvtier.cli_plan",
-    "kvtier.cli_operator",
-    "kvtier.cli_probe",
-)
+# module → its commands and their one-line help, in the order `kvtier --help` lists them.
+SUBCOMMAND_MODULES: dict[str, dict[str, str]] = {
+    "kvtier.cli_plan": {
+        "plan": "size the KV-cache tiers for a model and workload",
+        "models": "list the built-in model catalog",
+    },
+    "kvtier.cli_operator": {"operator": "run the kvtier operator"},
+    "kvtier.cli_probe": {"probe": "measure a disk tier with fio at the model's block size"},
+}
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -43,19 +47,37 @@ class ArgumentParser(argparse.ArgumentParser):
         raise CliError(f"{command}: {message}" if command else message)
 
 
-def build_parser() -> ArgumentParser:
+def build_parser(command: str | None = None) -> ArgumentParser:
+    """The parser; `command`'s module registers its full subcommands, the rest only a name.
+
+    With no command every module registers in full (for tests and documentation).
+    """
     parser = ArgumentParser(
         prog="kvtier", description="KV-cache offload tiers for vLLM / llm-d model servers."
     )
     parser.add_argument("--version", action="version", version=f"kvtier {__version__}")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
-    for name in SUBCOMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+    for module, commands in SUBCOMMAND_MODULES.items():
+        if command is None or command in commands:
+            importlib.import_module(module).register(subparsers)
+        else:
+            for name, summary in commands.items():
+                subparsers.add_parser(name, help=summary, add_help=False)
     return parser
 
 
+def _command(argv: Sequence[str]) -> str:
+    """The subcommand argv names ("" if none): the first argument that is not an option."""
+    known = {name for commands in SUBCOMMAND_MODULES.values() for name in commands}
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in known else ""
+    return ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command(argv))
     try:
         args = parser.parse_args(argv)
         if not hasattr(args, "handler"):
@@ -66,7 +88,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         print(f"kvtier: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except SizingError as exc:
+    except Exception as exc:
+        # A SizingError can only come from a module that imported kvtier.sizing.errors; asking
+        # sys.modules keeps `kvtier --help` from loading the sizing package.
+        errors = sys.modules.get("kvtier.sizing.errors")
+        if errors is None or not isinstance(exc, errors.SizingError):
+            raise
         print(f"kvtier: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
     except SystemExit as exc:  # --help and --version

@@ -8,6 +8,8 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+from kvtier.cli import SUBCOMMAND_MODULES
+
 if TYPE_CHECKING:
     from kvtier.cli import Subparsers
 
@@ -15,7 +17,7 @@ if TYPE_CHECKING:
 def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "operator",
-        help="run the kvtier operator",
+        help=SUBCOMMAND_MODULES[__name__]["operator"],
         description="Watch KVCacheTiers cluster-wide, size them, report status and metrics.",
     )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then KUBECONFIG)")

@@ -9,14 +9,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-import yaml
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
-from kvtier.cli import CliError
-from kvtier.probe import ProbeError, read_probe_result
+from kvtier.cli import SUBCOMMAND_MODULES, CliError
 from kvtier.sizing import (
     DISK_TYPES,
     KV_DTYPES,
@@ -39,7 +32,12 @@ from kvtier.sizing import (
 )
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
+
     from kvtier.cli import Subparsers
+
+# rich, yaml and the probe reader load only when a command needs them (fast start-up).
 
 OUTPUTS = ("table", "json", "yaml")
 # SizingError.field → the flag that set it, so errors name what the user typed.
@@ -76,7 +74,7 @@ _FLAGS = {
 
 def register(subparsers: Subparsers) -> None:
     _add_plan(subparsers)
-    models = subparsers.add_parser("models", help="list the built-in model catalog")
+    models = subparsers.add_parser("models", help=SUBCOMMAND_MODULES[__name__]["models"])
     models.add_argument("-o", "--output", choices=OUTPUTS, default="table")
     models.set_defaults(handler=run_models)
 
@@ -88,7 +86,7 @@ def _default(name: str) -> Any:
 def _add_plan(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "plan",
-        help="size the KV-cache tiers for a model and workload",
+        help=SUBCOMMAND_MODULES[__name__]["plan"],
         description="Size CPU and disk KV-cache tiers for a vLLM server. Sizes take Kubernetes "
         "quantities (64Gi, 64G) or plain bytes; token counts take plain numbers or 128Ki.",
     )
@@ -242,6 +240,8 @@ def _with_probe_results(inp: SizingInput, items: list[str]) -> SizingInput:
             with contextlib.suppress(SizingError):
                 tier, path = normalize_disk_type(tier_text, "--probe-result"), rest
         tier = tier or _selected_disk(inp, path)
+        from kvtier.probe import ProbeError, read_probe_result
+
         try:
             with open(path, encoding="utf-8") as source:
                 result = read_probe_result(source.read())
@@ -321,12 +321,20 @@ def _emit(document: dict[str, Any], output: str, render: Any, subject: Any) -> N
     if output == "json":
         print(json.dumps(document, indent=2, ensure_ascii=False))
     elif output == "yaml":
+        import yaml
+
         print(yaml.safe_dump(document, sort_keys=False, allow_unicode=True), end="")
     else:
+        from rich.console import Console
+
         render(subject, Console(file=sys.stdout))
 
 
 def render_models(rows: list[dict[str, Any]], console: Console) -> None:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title="kvtier model catalog (16-bit KV, whole server at TP 1)", box=box.SIMPLE)
     table.add_column("model / short name", overflow="fold")
     for column in ("layers", "KV", "dim", "B/token", "block"):
@@ -347,6 +355,10 @@ def render_models(rows: list[dict[str, Any]], console: Console) -> None:
 
 
 def render_plan(result: SizingPlan, console: Console) -> None:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     d = result.as_dict()
     m, s, why = d["model"], d["sizing"], d["decisions"]
     heads = "MLA latent" if m["latentAttention"] else f"{m['kvHeads']} KV heads"
@@ -419,6 +431,8 @@ def _bytes(n: int) -> tuple[str, str]:
 
 
 def _cell(value: str, detail: str, why: str) -> Text:
+    from rich.text import Text
+
     text = Text(value, style="bold")
     if detail:
         text.append(f"  {detail}")

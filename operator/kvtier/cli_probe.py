@@ -12,7 +12,7 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-from kvtier.cli import CliError
+from kvtier.cli import SUBCOMMAND_MODULES, CliError
 from kvtier.probe import DirectionStats, FioResult, ProbeError, ProbeOptions, run_probe
 from kvtier.probe.errors import BAD_INPUT, ENVIRONMENT_FAILURE
 from kvtier.probe.fio_runner import DEFAULT_NUMJOBS, DEFAULT_RUNTIME_SECONDS, MAX_FILE_BYTES
@@ -36,7 +36,7 @@ DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "probe",
-        help="measure a disk tier with fio at the model's block size",
+        help=SUBCOMMAND_MODULES[__name__]["probe"],
         description="Run fio's random 75/25 read/write at the KV block size (iodepth 1, "
         "O_DIRECT) in DIR and print p50/p99 completion latency, bandwidth and IOPS as one "
         "JSON line. Exit codes: 0 ok, 2 bad input, 3 fio or environment failure.",

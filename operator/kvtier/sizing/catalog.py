@@ -1,16 +1,22 @@
-"""The built-in catalog of serving models (data in kvtier/catalog/models.yaml)."""
+"""The built-in catalog of serving models (data in kvtier/catalog/models.json).
+
+JSON rather than YAML so that `kvtier plan` starts without importing a YAML parser; its
+"about" lines say what each figure counts.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
-
-import yaml
 
 from kvtier.sizing.errors import SizingError
 from kvtier.sizing.geometry import ModelGeometry
+
+# The package's own file: no importlib.resources, whose zipfile support costs start-up time.
+CATALOG_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "catalog", "models.json")
 
 
 @dataclass(frozen=True)
@@ -29,8 +35,9 @@ class CatalogEntry:
 @cache
 def load_catalog() -> tuple[CatalogEntry, ...]:
     """All catalog entries, in file order."""
-    text = resources.files("kvtier").joinpath("catalog/models.yaml").read_text(encoding="utf-8")
-    return tuple(_entry(item) for item in yaml.safe_load(text)["models"])
+    with open(CATALOG_PATH, encoding="utf-8") as source:
+        document = json.load(source)
+    return tuple(_entry(item) for item in document["models"])
 
 
 @cache  # a catalog lookup per decide; the catalog is read once
@@ -69,5 +76,6 @@ def _entry(item: dict[str, Any]) -> CatalogEntry:
             latent_attention=item.get("latentAttention", False),
             total_layers=item.get("totalLayers", layers),
             source="catalog",
+            max_position_embeddings=item.get("maxPositionEmbeddings"),
         ),
     )

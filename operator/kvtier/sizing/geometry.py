@@ -47,6 +47,7 @@ class ModelGeometry:
     latent_attention: bool = False
     total_layers: int | None = None  # for display: Nemotron has 64 attention layers of 162
     source: str = "explicit"  # catalog | config.json | explicit
+    max_position_embeddings: int | None = None  # longest context, when catalog or config knows
 
     def __post_init__(self) -> None:
         for field, value in (
@@ -68,6 +69,7 @@ class ModelGeometry:
             name=self.name,
             model_dtype=self.model_dtype,
             source="explicit",
+            max_position_embeddings=self.max_position_embeddings,
         )
 
 

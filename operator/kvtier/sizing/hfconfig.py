@@ -7,10 +7,10 @@ a CPU tier and a disk tier wrongly without anyone noticing.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from kvtier.sizing.errors import SizingError
@@ -39,7 +39,8 @@ _HEAD_DIM_NOT_DERIVABLE = ("gemma",)
 def load_hf_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse a config.json file; every failure becomes a SizingError naming the file."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as source:
+            text = source.read()
     except OSError as exc:
         raise SizingError(FIELD, f"cannot read {os.fspath(path)}: {exc.strerror}") from None
     try:
@@ -76,7 +77,9 @@ def geometry_from_hf_config(
 
     heads = _int(cfg, label, "num_attention_heads", "n_head", "num_heads")
     if cfg.get("kv_lora_rank") is not None:
-        return _latent_geometry(cfg, label, dtype)
+        return dataclasses.replace(
+            _latent_geometry(cfg, label, dtype), max_position_embeddings=_max_position(cfg, raw)
+        )
 
     if isinstance(cfg.get("block_configs"), list):
         layers, kv_heads, total = _nas_blocks(cfg["block_configs"], heads, label)
@@ -92,7 +95,18 @@ def geometry_from_hf_config(
         model_dtype=dtype,
         total_layers=total,
         source="config.json",
+        max_position_embeddings=_max_position(cfg, raw),
     )
+
+
+def _max_position(cfg: Mapping[str, Any], raw: Mapping[str, Any]) -> int | None:
+    """The model's longest context (max_position_embeddings, n_positions), if it says."""
+    for source in (cfg, raw):
+        for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+            value = source.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
 
 
 def _latent_geometry(cfg: Mapping[str, Any], label: str, dtype: str) -> ModelGeometry:

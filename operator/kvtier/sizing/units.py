@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal, InvalidOperation
-
-from kubernetes.utils.quantity import parse_quantity
+from decimal import Decimal, DecimalException, InvalidOperation
 
 from kvtier.sizing.errors import SizingError
 
@@ -69,15 +67,59 @@ def _scale(n: float, base: int, units: list[str]) -> str:
 
 def _quantity(value: str | int, field: str) -> Decimal:
     try:
-        number: Decimal = parse_quantity(value)  # type: ignore[no-untyped-call]
-    except (ValueError, InvalidOperation, TypeError):
+        number = parse_quantity(value)
+    except ValueError:
         raise SizingError(field, f"{value!r} is not a Kubernetes quantity such as 64Gi") from None
     return number
 
 
+MAX_QUANTITY = 2**63 - 1  # resource.Quantity holds an int64 of its unit
+
+# Decimal exponents of the suffixes, as in Kubernetes' resource.Quantity (apimachinery).
+_EXPONENTS = {"n": -3, "u": -2, "m": -1, "k": 1, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
+_BINARY_PREFIXES = "KMGTPE"  # Ki … Ei in base 1024; "ki", "mi", "ni", "ui" do not exist
+
+
+def parse_quantity(value: str | int | float | Decimal) -> Decimal:
+    """A Kubernetes quantity (``64Gi``, ``64G``, ``500m``, ``1e3``) → Decimal; ValueError if not.
+
+    The same reading as ``kubernetes.utils.parse_quantity`` (the tests hold it to that), without
+    importing the Kubernetes client: the sizing package stays pure and the CLI starts fast.
+    """
+    if isinstance(value, int | float | Decimal):
+        return Decimal(value)
+    text = str(value)
+    number, suffix = text, ""
+    if len(text) >= 2 and text[-1] == "i":
+        if text[-2] in _EXPONENTS:
+            number, suffix = text[:-2], text[-2:]
+    elif text and text[-1] in _EXPONENTS:
+        number, suffix = text[:-1], text[-1]
+    try:
+        mantissa = Decimal(number)
+    except InvalidOperation:
+        raise ValueError(f"invalid number format: {number}") from None
+    if not suffix:
+        return mantissa
+    if suffix.endswith("i"):
+        if suffix[0] not in _BINARY_PREFIXES:
+            raise ValueError(f"{text} has unknown suffix")
+        base = 1024
+    else:
+        base = 1000
+    try:
+        return mantissa * (base ** Decimal(_EXPONENTS[suffix[0]]))
+    except DecimalException as exc:
+        raise ValueError(f"invalid quantity: {text}") from exc
+
+
 def _positive_int(number: Decimal, field: str) -> int:
+    if not number.is_finite():
+        raise SizingError(field, f"must be a finite number, got {number}")
     if number <= 0:
         raise SizingError(field, f"must be greater than zero, got {number}")
     if number != number.to_integral_value():
         raise SizingError(field, f"must be a whole number, got {number}")
+    if number > MAX_QUANTITY:
+        raise SizingError(field, f"{number:.3g} is beyond a Kubernetes quantity (at most 2^63-1)")
     return int(number)

@@ -1,0 +1,96 @@
+"""Start-up benchmark: `kvtier --help` and `kvtier plan ... -o json` against `python -c pass`.
+
+Each command runs N times in a fresh subprocess, the commands interleaved round-robin so that
+a busy moment of the machine hits all of them alike; the median wall time of each is divided
+by the median of `python -c pass` from the same interpreter in the same run. The goal is at
+most 3× (issue J): the CLI imports a subcommand's module only when that subcommand runs, and
+the sizing package parses quantities without the Kubernetes client.
+
+    python bench/startup.py [--runs 20] [--max-ratio 3]
+
+Prints one line per command, `ratio <name>: <x>x ...`; exits 1 when a ratio exceeds
+--max-ratio (0 disables the check). Find what is slow with `python -X importtime -m kvtier ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+PLAN_ARGS = ("plan", "--model", "llama-3.1-70b", "--tp", "8", "--context", "128Ki", "-o", "json")
+
+
+def kvtier_command() -> list[str]:
+    """The installed `kvtier` script beside this interpreter, else `python -m kvtier`."""
+    script = Path(sys.executable).parent / "kvtier"
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "kvtier"]
+
+
+def commands() -> dict[str, list[str]]:
+    kvtier = kvtier_command()
+    return {
+        "python -c pass": [sys.executable, "-c", "pass"],
+        "kvtier --help": [*kvtier, "--help"],
+        "kvtier plan -o json": [*kvtier, *PLAN_ARGS],
+    }
+
+
+def time_once(argv: Sequence[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - start
+
+
+def measure(cmds: dict[str, list[str]], runs: int) -> dict[str, float]:
+    """Median seconds per command over `runs` interleaved runs (after one warm-up each)."""
+    for argv in cmds.values():
+        time_once(argv)  # page cache and .pyc files
+    samples: dict[str, list[float]] = {name: [] for name in cmds}
+    for _ in range(runs):
+        for name, argv in cmds.items():
+            samples[name].append(time_once(argv))
+    return {name: statistics.median(times) for name, times in samples.items()}
+
+
+def report(medians: dict[str, float], baseline: str = "python -c pass") -> list[tuple[str, float]]:
+    """(line, ratio) for each command but the baseline."""
+    floor = medians[baseline]
+    lines = []
+    for name, seconds in medians.items():
+        if name == baseline:
+            continue
+        ratio = seconds / floor
+        lines.append(
+            (
+                f"ratio {name}: {ratio:.2f}x {baseline} "
+                f"({seconds * 1000:.1f} ms vs {floor * 1000:.1f} ms, median)",
+                ratio,
+            )
+        )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=20, help="runs per command (default 20)")
+    parser.add_argument("--max-ratio", type=float, default=3.0, help="goal; 0: no check")
+    args = parser.parse_args(argv)
+    medians = measure(commands(), max(1, args.runs))
+    print(f"{args.runs} runs each, {sys.executable} (Python {sys.version.split()[0]})")
+    worst = 0.0
+    for line, ratio in report(medians):
+        print(line)
+        worst = max(worst, ratio)
+    if args.max_ratio and worst > args.max_ratio:
+        print(f"goal missed: {worst:.2f}x > {args.max_ratio:g}x", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
