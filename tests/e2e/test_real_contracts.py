@@ -203,6 +203,34 @@ def test_inference_service_keeps_the_users_lists_through_argo_and_removal(
     assert after["metadata"]["generation"] == generation  # the syncs changed nothing either
 
 
+def cpu_tier_under_argo(
+    cluster: LocalCluster, api: client.ApiClient, ns: str, user: dict[str, Any]
+) -> dict[str, Any]:
+    """Argo CD creates the LLMInferenceService, a CPU tier applies to it, then Argo CD syncs
+    ROUNDS times: kvtier writes nothing to it meanwhile. The target after the syncs."""
+    name = user["metadata"]["name"]
+    argo_sync(api, ns, user)
+    create_tier(
+        api,
+        ns,
+        name,
+        {
+            "mode": "Apply",
+            "targetRef": {"kind": "LLMInferenceService", "name": name},
+            "workload": {"averageContextTokens": 50000, "concurrentSessions": 8},
+            "disk": {"type": "None"},
+        },
+    )
+    wait_condition(api, ns, name, "Applied", "True", timeout=90)
+    time.sleep(2)
+    start = time.time()
+    for _ in range(ROUNDS):
+        argo_sync(api, ns, user)
+    time.sleep(3)
+    assert target_writes(cluster, "LLMInferenceService", start) == 0
+    return live(api, ns, user)
+
+
 def test_llmisvc_written_as_v1alpha1_gets_the_form_that_survives(
     cluster: LocalCluster, admin_api: client.ApiClient, ns: str
 ) -> None:
@@ -212,32 +240,13 @@ def test_llmisvc_written_as_v1alpha1_gets_the_form_that_survives(
         model_uri="hf://openai/gpt-oss-120b",
         api_version="serving.kserve.io/v1alpha1",
     )
-    argo_sync(admin_api, ns, user)
-    create_tier(
-        admin_api,
-        ns,
-        "gptoss",
-        {
-            "mode": "Apply",
-            "targetRef": {"kind": "LLMInferenceService", "name": "gptoss"},
-            "workload": {"averageContextTokens": 50000, "concurrentSessions": 8},
-            "disk": {"type": "None"},
-        },
-    )
-    wait_condition(admin_api, ns, "gptoss", "Applied", "True", timeout=90)
+    after = cpu_tier_under_argo(cluster, admin_api, ns, user)
     v2 = live(admin_api, ns, {**user, "apiVersion": "serving.kserve.io/v1alpha2"})
     assert "kvCacheOffloading" not in v2["spec"]  # it would not survive a v1alpha1 write
-    time.sleep(2)
-    start = time.time()
-    for _ in range(ROUNDS):
-        argo_sync(admin_api, ns, user)
-    time.sleep(3)
-    after = live(admin_api, ns, user)
     main = next(c for c in after["spec"]["template"]["containers"] if c["name"] == "main")
     env = {e["name"]: e.get("value") for e in main.get("env") or []}
     assert "--kv-transfer-config '" in env["VLLM_ADDITIONAL_ARGS"]
     assert main["image"] == user["spec"]["template"]["containers"][0]["image"]
-    assert target_writes(cluster, "LLMInferenceService", start) == 0
 
 
 def test_llmisvc_v1alpha2_native_field_survives_argo(
@@ -246,26 +255,7 @@ def test_llmisvc_v1alpha2_native_field_survives_argo(
     user = llm_inference_service(
         "nemotron", tp=8, model_uri="hf://nvidia/Llama-3_1-Nemotron-Ultra-253B-v1"
     )
-    argo_sync(admin_api, ns, user)
-    create_tier(
-        admin_api,
-        ns,
-        "nemotron",
-        {
-            "mode": "Apply",
-            "targetRef": {"kind": "LLMInferenceService", "name": "nemotron"},
-            "workload": {"averageContextTokens": 50000, "concurrentSessions": 8},
-            "disk": {"type": "None"},
-        },
-    )
-    wait_condition(admin_api, ns, "nemotron", "Applied", "True", timeout=90)
-    time.sleep(2)
-    start = time.time()
-    for _ in range(ROUNDS):
-        argo_sync(admin_api, ns, user)
-    time.sleep(3)
-    assert "kvCacheOffloading" in live(admin_api, ns, user)["spec"]
-    assert target_writes(cluster, "LLMInferenceService", start) == 0
+    assert "kvCacheOffloading" in cpu_tier_under_argo(cluster, admin_api, ns, user)["spec"]
 
 
 def test_no_operator_write_in_the_minute_after_convergence(

@@ -492,6 +492,7 @@ def list_ops(
 def _json_patch(
     target: Mapping[str, Any], ops: list[dict[str, Any]], what: str
 ) -> list[DesiredWrite]:
+    """The JSON patch write of `ops` on the target ([] without ops); `what` for a person."""
     if not ops:
         return []
     meta = target["metadata"]
@@ -503,9 +504,7 @@ def _json_patch(
             meta["name"],
             meta["namespace"],
             {"jsonPatch": ops},
-            f"{target['kind']} {meta['namespace']}/{meta['name']}: {what} (atomic lists: "
-            "a JSON patch that changes only kvtier's items, guarded by a test of the value "
-            "read)",
+            f"{target['kind']} {meta['namespace']}/{meta['name']}: {what}",
         )
     ]
 
@@ -768,16 +767,9 @@ def unapply_writes(target: Mapping[str, Any]) -> list[DesiredWrite]:
     if applied.get("kvCacheOffloading") and _get(target, "spec", "kvCacheOffloading"):
         ops += _value_ops(target, ["spec", "kvCacheOffloading"], None)
     ops += _value_ops(target, ["metadata", "annotations", APPLIED_ANNOTATION], None, floor=2)
-    meta = target["metadata"]
-    return [
-        DesiredWrite(
-            "Patch",
-            str(target["apiVersion"]),
-            str(target["kind"]),
-            meta["name"],
-            meta["namespace"],
-            {"jsonPatch": ops},
-            f"{target['kind']} {meta['namespace']}/{meta['name']}: back to the user's own "
-            "configuration (kvtier's items and record removed, the user's values restored)",
-        )
-    ]
+    return _json_patch(
+        target,
+        ops,
+        "back to the user's own configuration (kvtier's items and record removed, the user's "
+        "values restored)",
+    )
