@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
@@ -29,6 +30,10 @@ SUBCOMMAND_MODULES: dict[str, dict[str, str]] = {
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 USAGE_ERROR = 2
+INTERNAL_ERROR = 1
+INTERRUPTED = 130
+BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a killed writer
+TRACEBACK_ENV = "KVTIER_TRACEBACK"
 
 
 class CliError(Exception):
@@ -88,13 +93,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         print(f"kvtier: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:  # `kvtier models | head -1`: the reader left, nothing to say
+        _silence_stdout()
+        return BROKEN_PIPE
+    except KeyboardInterrupt:
+        print("kvtier: interrupted", file=sys.stderr)
+        return INTERRUPTED
     except Exception as exc:
         # A SizingError can only come from a module that imported kvtier.sizing.errors; asking
         # sys.modules keeps `kvtier --help` from loading the sizing package.
         errors = sys.modules.get("kvtier.sizing.errors")
-        if errors is None or not isinstance(exc, errors.SizingError):
+        if errors is not None and isinstance(exc, errors.SizingError):
+            print(f"kvtier: error: {exc}", file=sys.stderr)
+            return USAGE_ERROR
+        if os.environ.get(TRACEBACK_ENV):
             raise
-        print(f"kvtier: error: {exc}", file=sys.stderr)
-        return USAGE_ERROR
+        # A bug, not bad input: still one line, and the way to see the whole traceback.
+        print(
+            f"kvtier: internal error: {type(exc).__name__}: {exc} "
+            f"(set {TRACEBACK_ENV}=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return INTERNAL_ERROR
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

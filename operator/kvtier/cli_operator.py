@@ -42,6 +42,8 @@ def register(subparsers: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.kubeconfig:  # a bad file is a usage error now, not a retry every minute
+        _check_kubeconfig(args.kubeconfig)
     import kopf
 
     from kvtier import metrics
@@ -66,3 +68,21 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def _check_kubeconfig(path: str) -> None:
+    """--kubeconfig names a readable YAML mapping with clusters, or CliError says why not."""
+    import yaml
+
+    from kvtier.cli import CliError
+    from kvtier.textfile import TextFileError, read_text_file
+
+    try:
+        document = yaml.safe_load(read_text_file(path))
+    except TextFileError as exc:
+        raise CliError(f"operator: --kubeconfig: {exc}") from None
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise CliError(f"operator: --kubeconfig: {path} is not YAML: {problem}") from None
+    if not isinstance(document, dict) or not document.get("clusters"):
+        raise CliError(f"operator: --kubeconfig: {path} is not a kubeconfig (no clusters)")

@@ -240,15 +240,7 @@ def _with_probe_results(inp: SizingInput, items: list[str]) -> SizingInput:
             with contextlib.suppress(SizingError):
                 tier, path = normalize_disk_type(tier_text, "--probe-result"), rest
         tier = tier or _selected_disk(inp, path)
-        from kvtier.probe import ProbeError, read_probe_result
-
-        try:
-            with open(path, encoding="utf-8") as source:
-                result = read_probe_result(source.read())
-        except OSError as exc:
-            raise CliError(f"--probe-result: cannot read {path}: {exc.strerror}") from None
-        except (ProbeError, ValueError) as exc:
-            raise CliError(f"--probe-result {path}: {exc}") from None
+        result = _read_probe_result(path)
         p99[tier] = result["p99Seconds"]
         bandwidth[tier] = result["bandwidthBytesPerSecond"]
         if result.get("buffered"):
@@ -262,6 +254,36 @@ def _with_probe_results(inp: SizingInput, items: list[str]) -> SizingInput:
         tier_p99_seconds={**p99, **inp.tier_p99_seconds},
         tier_bandwidth_bytes_per_second={**bandwidth, **inp.tier_bandwidth_bytes_per_second},
     )
+
+
+def _read_probe_result(path: str) -> dict[str, Any]:
+    """A `kvtier probe` result or fio's JSON report; anything else is named as such."""
+    from kvtier.probe import ProbeError, read_probe_result
+    from kvtier.textfile import TextFileError, read_text_file
+
+    try:
+        text = read_text_file(path)
+    except TextFileError as exc:
+        raise CliError(f"--probe-result: {exc}") from None
+    if '"fio version"' not in text:
+        try:
+            document = json.loads(text)
+        except ValueError:
+            document = None
+        if not isinstance(document, dict) or not (_PROBE_KEYS & document.keys()):
+            raise CliError(
+                f"--probe-result {path}: not a `kvtier probe` result or fio's JSON report "
+                "(`kvtier probe` prints one JSON object with p99Seconds; fio needs "
+                "--output-format=json)"
+            )
+    try:
+        return read_probe_result(text)
+    except (ProbeError, ValueError) as exc:
+        raise CliError(f"--probe-result {path}: {exc}") from None
+
+
+# A probe result has these (or "error", when the probe failed).
+_PROBE_KEYS = {"error", "p99Seconds", "bandwidthBytesPerSecond", "measuredAt", "p50Seconds"}
 
 
 def _selected_disk(inp: SizingInput, path: str) -> str:

@@ -70,5 +70,10 @@ def write_plot(result: SizingPlan, path: str) -> None:
     ax.set_title(f"{inp.geometry.name}: restore vs recompute")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        with open(path, "wb") as out:
+            fig.savefig(out, format=Path(path).suffix.lower()[1:])
+    except OSError as exc:
+        raise CliError(f"--plot: cannot write {path}: {exc.strerror or exc}", exit_code=1) from None
+    finally:
+        plt.close(fig)

@@ -80,6 +80,8 @@ def register(subparsers: Subparsers) -> None:
 
 def run_probe_command(args: argparse.Namespace) -> int:
     log = args.termination_log or _default_termination_log()
+    if args.termination_log:  # before a minute of fio, not after it
+        _check_writable(args.termination_log)
     try:
         options = ProbeOptions(
             directory=args.dir,
@@ -149,6 +151,16 @@ def _write(path: str, text: str, *, fail: bool) -> None:
                 f"probe: cannot write the termination log {path}: {exc.strerror}",
                 ENVIRONMENT_FAILURE,
             ) from None
+
+
+def _check_writable(path: str) -> None:
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise CliError(
+            f"probe: --termination-log: cannot write {path}: {exc.strerror or exc}", BAD_INPUT
+        ) from None
 
 
 def _positive(text: str) -> int:

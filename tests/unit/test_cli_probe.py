@@ -211,7 +211,7 @@ def test_plan_warns_about_buffered_results(
     [
         ("missing.json", "cannot read missing.json"),
         ("nvme=missing.json", "cannot read missing.json"),
-        ("GARBAGE", "probe failed: not json"),
+        ("GARBAGE", "GARBAGE: not a `kvtier probe` result"),
         ("ERROR", "probe failed: fio not found"),
     ],
 )

@@ -15,6 +15,7 @@ from typing import Any
 
 from kvtier.sizing.errors import SizingError
 from kvtier.sizing.geometry import ModelGeometry
+from kvtier.textfile import TextFileError, read_text_file
 
 FIELD = "config.json"
 
@@ -39,10 +40,9 @@ _HEAD_DIM_NOT_DERIVABLE = ("gemma",)
 def load_hf_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse a config.json file; every failure becomes a SizingError naming the file."""
     try:
-        with open(path, encoding="utf-8") as source:
-            text = source.read()
-    except OSError as exc:
-        raise SizingError(FIELD, f"cannot read {os.fspath(path)}: {exc.strerror}") from None
+        text = read_text_file(path)
+    except TextFileError as exc:
+        raise SizingError(FIELD, str(exc)) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
