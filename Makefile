@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: all venv deps cluster-bin upstream-crds lint generate check-generated render-manifests \
+.PHONY: all venv deps cluster-bin validators upstream-crds lint generate check-generated render-manifests \
 	check-manifests unit e2e test demo bench clean
 
 all: test
@@ -22,6 +22,11 @@ deps:
 
 cluster-bin:
 	hack/localcluster/build >/dev/null
+
+# The OLM ecosystem's validators (operator-sdk, its static scorecard tests, opm) from their
+# Go modules at pinned versions, into the same cache; tests/e2e/test_packaging.py runs them.
+validators:
+	hack/validators/build >/dev/null
 
 # KServe's and Rook's own CRDs from their Go modules, into the same cache (no stand-ins).
 upstream-crds:
@@ -49,10 +54,10 @@ check-manifests: venv cluster-bin
 unit: venv
 	$(BIN)/pytest -m "not e2e"
 
-e2e: venv cluster-bin upstream-crds
+e2e: venv cluster-bin validators upstream-crds
 	$(BIN)/pytest -m e2e
 
-test: venv deps cluster-bin upstream-crds lint check-generated check-manifests
+test: venv deps cluster-bin validators upstream-crds lint check-generated check-manifests
 	$(BIN)/pytest
 
 demo: venv deps cluster-bin upstream-crds

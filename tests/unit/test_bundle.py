@@ -128,3 +128,137 @@ def test_alm_examples_are_valid_objects(csv: dict[str, Any]) -> None:
             KVCacheTier.model_validate(e)
         else:
             KVCachePolicy.model_validate(e)
+
+
+# --- what OLM's own tooling needs (tests/e2e/test_packaging.py runs the tools themselves) ---
+
+GENERATED_YAML = sorted(
+    [
+        *(BUNDLE / "manifests").glob("*.yaml"),
+        *(BUNDLE / "metadata").glob("*.yaml"),
+        *(REPO / "deploy" / "manifests").glob("*.yaml"),
+        *(REPO / "deploy" / "crds").glob("*.yaml"),
+        *(REPO / "charts" / "kvtier-operator" / "files" / "crds").glob("*.yaml"),
+        REPO / "deploy" / "argocd" / "argocd-cm-patch.yaml",
+    ]
+)
+
+
+def documents_as_decoders_split(text: str) -> list[str]:
+    """The documents of a YAML stream split the way apimachinery's YAMLReader (which
+    operator-registry and operator-sdk use) splits them: at lines that are exactly `---`."""
+    docs: list[str] = []
+    current: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if line.rstrip("\n").rstrip() == "---":
+            docs.append("".join(current))
+            current = []
+        else:
+            current.append(line)
+    docs.append("".join(current))
+    return docs
+
+
+@pytest.mark.parametrize("path", GENERATED_YAML, ids=lambda p: str(p.relative_to(REPO)))
+def test_generated_files_have_no_empty_document(path: Path) -> None:
+    """A comment before a leading `---` makes an empty first document, and OLM's decoder
+    then skips the whole file ("no bundle objects found")."""
+    for i, doc in enumerate(documents_as_decoders_split(path.read_text())):
+        assert yaml.safe_load(doc), f"document {i} of {path.name} is empty"
+
+
+def test_every_cr_lists_its_resources_with_names(csv: dict[str, Any]) -> None:
+    for owned in csv["spec"]["customresourcedefinitions"]["owned"]:
+        assert owned["resources"], owned["kind"]
+        for r in owned["resources"]:
+            assert set(r) == {"kind", "name", "version"}, r
+            # OLM: the plural of a custom resource, empty for a built-in kind
+            assert r["name"] == ("cephfilesystems" if r["kind"] == "CephFilesystem" else "")
+
+
+def test_descriptors_are_ones_the_console_renders(csv: dict[str, Any]) -> None:
+    crds = {
+        d["metadata"]["name"]: d
+        for p in (REPO / "deploy" / "crds").glob("*.yaml")
+        for d in load_all(p)
+    }
+    spec_only = "urn:alm:descriptor:com.tectonic.ui:"
+    for owned in csv["spec"]["customresourcedefinitions"]["owned"]:
+        crd = crds[owned["name"]]
+        version = next(v for v in crd["spec"]["versions"] if v["storage"])
+        top = set(version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"])
+        assert top <= {d["path"] for d in owned["specDescriptors"]}, owned["kind"]
+        for d in owned["statusDescriptors"]:
+            for x in d["x-descriptors"]:
+                assert not x.startswith(spec_only), (owned["kind"], d["path"], x)
+        for d in owned["specDescriptors"]:
+            assert d["description"], d["path"]
+
+
+def test_openshift_feature_annotations_and_labels(csv: dict[str, Any]) -> None:
+    meta = csv["metadata"]
+    features = {
+        k.removeprefix("features.operators.openshift.io/"): v
+        for k, v in meta["annotations"].items()
+        if k.startswith("features.operators.openshift.io/")
+    }
+    assert set(features) == {
+        "disconnected",
+        "fips-compliant",
+        "proxy-aware",
+        "tls-profiles",
+        "token-auth-aws",
+        "token-auth-azure",
+        "token-auth-gcp",
+        "cnf",
+        "cni",
+        "csi",
+    }
+    assert set(features.values()) <= {"true", "false"}
+    image = meta["annotations"]["containerImage"]
+    # disconnected mirroring needs digests: only a digest-pinned bundle claims it
+    assert features["disconnected"] == ("true" if "@sha256:" in image else "false")
+    assert meta["labels"]["operatorframework.io/os.linux"] == "supported"
+    assert meta["labels"]["operatorframework.io/arch.amd64"] == "supported"
+
+
+def test_icon_is_the_chart_svg(csv: dict[str, Any]) -> None:
+    import base64
+
+    (icon,) = csv["spec"]["icon"]
+    assert icon["mediatype"] == "image/svg+xml"
+    svg = base64.b64decode(icon["base64data"])
+    assert svg == (REPO / "charts" / "kvtier-operator" / "files" / "icon.svg").read_bytes()
+    assert svg.lstrip().startswith(b"<svg")
+
+
+def test_images_are_related_images(csv: dict[str, Any]) -> None:
+    (deployment,) = csv["spec"]["install"]["spec"]["deployments"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["RELATED_IMAGE_KVTIER_OPERATOR"]["value"] == container["image"]
+    assert env["KVTIER_POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert "KVTIER_IMAGE" not in env
+    related = {r["image"] for r in csv["spec"]["relatedImages"]}
+    assert container["image"] in related
+
+
+def test_channels_and_rbac(csv: dict[str, Any]) -> None:
+    ann = yaml.safe_load((BUNDLE / "metadata" / "annotations.yaml").read_text())["annotations"]
+    channels = ann["operators.operatorframework.io.bundle.channels.v1"].split(",")
+    assert set(channels) <= {"stable", "candidate", "fast"}
+    rules = csv["spec"]["install"]["spec"]["clusterPermissions"][0]["rules"]
+    # kvtier records core/v1 Events only (kvtier.render.event)
+    assert not [r for r in rules if "events.k8s.io" in r["apiGroups"]]
+    assert [r for r in rules if r["apiGroups"] == [""] and "events" in r["resources"]]
+
+
+def test_the_built_in_probe_image_is_the_charts_default() -> None:
+    """Without its pod or env the operator runs probe Jobs with the chart's default image."""
+    from kvtier.policy.decide import DEFAULT_PROBE_IMAGE
+
+    chart = REPO / "charts" / "kvtier-operator"
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    app_version = yaml.safe_load((chart / "Chart.yaml").read_text())["appVersion"]
+    assert not values["image"]["tag"] and not values["image"]["digest"]
+    assert f"{values['image']['repository']}:{app_version}" == DEFAULT_PROBE_IMAGE

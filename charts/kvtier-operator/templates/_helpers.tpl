@@ -34,8 +34,13 @@ app.kubernetes.io/part-of: kvtier
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{/* The operator image: repository@digest when a digest is given, else repository:tag. */}}
 {{- define "kvtier-operator.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -77,10 +82,8 @@ manifests and the OLM bundle are rendered from this chart). Secrets are never gr
 - apiGroups: [ceph.rook.io]
   resources: [cephfilesystems]
   verbs: [get, list, watch, create, patch, delete]
+# core/v1 Events about KVCacheTiers (kvtier.render.event; events.k8s.io is not used).
 - apiGroups: [""]
-  resources: [events]
-  verbs: [create, patch]
-- apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create, patch]
 {{- end }}

@@ -21,7 +21,7 @@ def render(document: dict[str, Any]) -> str:
     body = yaml.safe_dump(
         document, sort_keys=True, default_flow_style=False, width=10_000, allow_unicode=True
     )
-    return HEADER + "---\n" + body
+    return HEADER + body  # no empty first document: OLM tooling skips such files
 
 
 def generated_files() -> dict[str, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -27,12 +28,35 @@ ENV_KUBECONFIG = "KVTIER_KUBECONFIG"
 ENV_WORKERS = "KVTIER_WORKERS"
 ENV_NAMESPACE = "KVTIER_NAMESPACE"  # where the leader-election Lease lives
 ENV_LEADER_ELECT = "KVTIER_LEADER_ELECT"
-ENV_IMAGE = "KVTIER_IMAGE"  # the operator's own image, which probe Jobs run
+# The operator's own image, which probe Jobs run: the image of the container named
+# `operator` in the operator's own pod (so an override of the container image alone, such as
+# kustomize `images:`, reaches probe Jobs), else RELATED_IMAGE_KVTIER_OPERATOR (OLM's
+# convention; the chart, deploy/manifests and the bundle set it from the same value), else
+# KVTIER_IMAGE (older installs), else the built-in default.
+ENV_POD_NAME = "KVTIER_POD_NAME"
+ENV_RELATED_IMAGE = "RELATED_IMAGE_KVTIER_OPERATOR"
+ENV_IMAGE = "KVTIER_IMAGE"
+CONTAINER = "operator"
 
 
 def _controller(memo: kopf.Memo) -> Controller:
     controller: Controller = memo["controller"]
     return controller
+
+
+def probe_image(kube: Kube, env: Mapping[str, str]) -> str | None:
+    """The image probe Jobs run (see ENV_POD_NAME); None leaves the built-in default."""
+    pod_name, namespace = env.get(ENV_POD_NAME), env.get(ENV_NAMESPACE)
+    if pod_name and namespace:
+        try:
+            pod = kube.get("v1", "Pod", pod_name, namespace) or {}
+        except Exception as exc:
+            log.warning("cannot read the operator's own pod %s/%s: %s", namespace, pod_name, exc)
+            pod = {}
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            if container.get("name") == CONTAINER and container.get("image"):
+                return str(container["image"])
+    return env.get(ENV_RELATED_IMAGE) or env.get(ENV_IMAGE) or None
 
 
 @kopf.on.login()
@@ -68,7 +92,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     controller = Controller(
         kube,
         workers=int(os.environ.get(ENV_WORKERS, "4")),
-        probe_image=os.environ.get(ENV_IMAGE),
+        probe_image=probe_image(kube, os.environ),
     )
     memo["controller"] = controller
     await _discover(controller)
