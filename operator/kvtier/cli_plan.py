@@ -162,10 +162,14 @@ def _add_plan(subparsers: Subparsers) -> None:
 
 
 def run_plan(args: argparse.Namespace) -> int:
+    from kvtier.sizing.sanity import input_warnings
+
     try:
-        result = plan(sizing_input(args))
+        inp = sizing_input(args)
+        result = plan(inp)
     except SizingError as exc:
         raise CliError(f"{_FLAGS.get(exc.field, exc.field)}: {exc.message}") from None
+    result = dataclasses.replace(result, warnings=(*input_warnings(inp), *result.warnings))
     if args.plot:
         from kvtier.cli_plot import write_plot  # matplotlib is an optional extra
 
@@ -353,27 +357,41 @@ def _emit(document: dict[str, Any], output: str, render: Any, subject: Any) -> N
 
 
 def render_models(rows: list[dict[str, Any]], console: Console) -> None:
+    """The catalog; a Hugging Face id too wide for the terminal breaks after its org/, never
+    inside a name (rich folds a word that does not fit anywhere)."""
+    table = _models_table(rows, split_org=False)
+    unbounded = console.options.update(width=10_000, max_width=10_000)
+    if console.measure(table, options=unbounded).maximum > console.width:
+        table = _models_table(rows, split_org=True)
+    console.print(table)
+
+
+def _models_table(rows: list[dict[str, Any]], *, split_org: bool) -> Any:
     from rich import box
     from rich.table import Table
     from rich.text import Text
 
     table = Table(title="kvtier model catalog (16-bit KV, whole server at TP 1)", box=box.SIMPLE)
-    table.add_column("model / short name", overflow="fold")
+    table.add_column("model / short name", no_wrap=True)
     for column in ("layers", "KV", "dim", "B/token", "block"):
         table.add_column(column, justify="right", no_wrap=True)
     for row in rows:
         layers = str(row["attentionLayers"])
         if row["totalLayers"] != row["attentionLayers"]:
             layers += f"/{row['totalLayers']}"
+        model_id = row["id"]
+        if split_org and "/" in model_id:
+            org, name = model_id.split("/", 1)
+            model_id = f"{org}/\n{name}"
         table.add_row(
-            Text(row["id"]).append(f"\n{row['short']}", style="dim"),
+            Text(model_id).append(f"\n{row['short']}", style="dim"),
             layers,
             "MLA" if row["latentAttention"] else str(row["kvHeads"]),
             str(row["headDim"]),
             f"{row['bytesPerToken']:,}",
             f"{row['blockBytes']:,}",
         )
-    console.print(table)
+    return table
 
 
 def render_plan(result: SizingPlan, console: Console) -> None:
@@ -408,6 +426,7 @@ def render_plan(result: SizingPlan, console: Console) -> None:
         ("podMemoryBytes", *_bytes(s["podMemoryBytes"])),
         ("shmBytes", *_bytes(s["shmBytes"])),
         ("topology", s["topology"], ""),
+        ("diskBytes", *(_bytes(s["diskBytes"]) if s["diskBytes"] is not None else ("none", ""))),
     ]
     for name, value, human in rows:
         table.add_row(name, _cell(value, human, why.get(name, "")))

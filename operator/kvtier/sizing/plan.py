@@ -166,6 +166,9 @@ class Sizing:
     topology: str
     pod_memory_bytes: int  # memory to add to the model-server container for the tier
     shm_bytes: int  # /dev/shm (memory emptyDir) size: the tier's backing file + headroom
+    # The disk tier's capacity as the operator claims it by default (None: no disk tier, or
+    # an object store): CephFS one volume for all replicas, NVMe per replica (see disk_bytes).
+    disk_bytes: int | None = None
 
     def to_status(self) -> dict[str, Any]:
         return {
@@ -185,6 +188,7 @@ class Sizing:
             "workingSetBytesAllReplicas": self.working_set_bytes_all_replicas,
             "podMemoryBytes": self.pod_memory_bytes,
             "shmBytes": self.shm_bytes,
+            "diskBytes": self.disk_bytes,
         }
 
 
@@ -317,6 +321,9 @@ def plan(inp: SizingInput) -> SizingPlan:
     decisions["topology"] = topo.reason
     warnings.extend(topo.warnings)
 
+    disk_size = disk_bytes(topo.disk, working_set, context_bytes * inp.concurrent_sessions)
+    decisions["diskBytes"] = _disk_why(topo.disk)
+
     tiers = _assess_tiers(inp, topo.disk, block)
     if any(t.name == "ObjectStore" for t in tiers):
         warnings.append(_OBJECT_STORE_WARNING)
@@ -368,6 +375,7 @@ def plan(inp: SizingInput) -> SizingPlan:
             topology=topo.topology,
             pod_memory_bytes=pod_memory,
             shm_bytes=shm,
+            disk_bytes=disk_size,
         ),
         tiers=tiers,
         disk=topo.disk,
@@ -377,6 +385,35 @@ def plan(inp: SizingInput) -> SizingPlan:
         decisions=decisions,
         warnings=tuple(warnings),
     )
+
+
+def disk_bytes(disk: str | None, working_set: int, working_set_all_replicas: int) -> int | None:
+    """The disk tier's default capacity, rounded up to whole GiB (CephFS quota granularity).
+
+    CephFS: one volume all replicas share, so the working set of all of them (as the operator
+    claims it without spec.disk.cephfs.size). NVMe: what one replica's local tier must hold,
+    the working set per replica; the operator claims the pool's capacityPerNode unless
+    spec.disk.nvme.size says otherwise, and this is the least that is worth claiming.
+    ObjectStore and no disk tier: None (a bucket has no size to claim).
+    """
+    if disk == "CephFS":
+        return -(-working_set_all_replicas // GiB) * GiB
+    if disk == "NVMe":
+        return -(-working_set // GiB) * GiB
+    return None
+
+
+def _disk_why(disk: str | None) -> str:
+    if disk == "CephFS":
+        return "one shared volume: the working set of all replicas, in whole GiB"
+    if disk == "NVMe":
+        return (
+            "per replica: the working set, in whole GiB (the operator claims the pool's "
+            "capacityPerNode unless spec.disk.nvme.size is set)"
+        )
+    if disk == "ObjectStore":
+        return "a bucket: no capacity to claim"
+    return "no disk tier"
 
 
 def cpu_tier_cap(inp: SizingInput) -> int | None:
