@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# The study's worked examples with `kvtier plan` (needs `pip install -e .`; add -o json for
-# the KVCacheTier status shape).
+# The study's worked examples with `kvtier plan` (add -o json for the KVCacheTier status shape).
+# Needs kvtier on PATH: `pipx install .` (or `python3 -m pip install .`) from the checkout.
 set -euo pipefail
+
+if ! command -v kvtier >/dev/null 2>&1; then
+  echo "plan-study.sh: kvtier is not on PATH; install the CLI from the checkout first:" >&2
+  echo "  pipx install .        # or: python3 -m pip install .  (in a virtualenv)" >&2
+  exit 127
+fi
 
 # Llama 3.1 70B, 16-bit KV: 327,680 B/token, a 128K context is 40 GiB, 5 MiB blocks; a 64 GB
 # CPU tier holds ~1.5 such contexts.
