@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from localcluster import LocalCluster
+from localcluster import ClusterError, LocalCluster
 from tests.e2e.kube_helpers import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -321,7 +321,9 @@ def established(cluster: LocalCluster, name: str) -> None:
     eventually(check, timeout=60, what=f"CRD {name} Established")
 
 
-def test_bundle_installs_strictly(bare_cluster: LocalCluster) -> None:
+@pytest.fixture(scope="module")
+def installed(bare_cluster: LocalCluster) -> dict[str, list[str]]:
+    """OLM's CSV CRD, then the bundle's CRDs applied strictly; what each lost on the way."""
     cluster = bare_cluster
     olm_crds = (
         Path(
@@ -339,11 +341,27 @@ def test_bundle_installs_strictly(bare_cluster: LocalCluster) -> None:
         for d in _docs(p.read_text())
         if d["kind"] == "CustomResourceDefinition"
     ]
-    assert len(crds) == 2
+    lost = {}
     for crd in crds:
-        stored = strict_apply(cluster, crd)
-        assert missing(crd, stored) == [], crd["metadata"]["name"]
+        lost[crd["metadata"]["name"]] = missing(crd, strict_apply(cluster, crd))
         established(cluster, crd["metadata"]["name"])
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(_namespace(EXAMPLES_NS)))
+    return lost
+
+
+EXAMPLES_NS = "bundle-examples"
+
+
+def _namespace(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
+def test_bundle_installs_strictly(
+    bare_cluster: LocalCluster, installed: dict[str, list[str]]
+) -> None:
+    cluster = bare_cluster
+    assert sorted(installed) == ["kvcachepolicies.kvcache.io", "kvcachetiers.kvcache.io"]
+    assert installed == {name: [] for name in installed}
 
     csv = yaml.safe_load(CSV_FILE.read_text())
     stored = strict_apply(cluster, csv, namespace="kvtier-system")
@@ -351,9 +369,55 @@ def test_bundle_installs_strictly(bare_cluster: LocalCluster) -> None:
 
     examples = json.loads(csv["metadata"]["annotations"]["alm-examples"])
     assert {e["kind"] for e in examples} == {"KVCacheTier", "KVCachePolicy"}
-    cluster.kubectl("create", "namespace", "bundle-examples")
     for example in examples:
         namespaced = example["kind"] == "KVCacheTier"
-        stored = strict_apply(cluster, example, "bundle-examples" if namespaced else None)
+        stored = strict_apply(cluster, example, EXAMPLES_NS if namespaced else None)
         assert missing(example, stored) == [], example["kind"]
-        assert stored["spec"] == {**stored["spec"], **example["spec"]}
+
+
+def test_strict_validation_refuses_an_unknown_field(
+    bare_cluster: LocalCluster, installed: dict[str, list[str]]
+) -> None:
+    """The control for the test above: a field the CRD does not know is an error, not a
+    silent prune."""
+    csv = yaml.safe_load(CSV_FILE.read_text())
+    (tier,) = [
+        e
+        for e in json.loads(csv["metadata"]["annotations"]["alm-examples"])
+        if e["kind"] == "KVCacheTier"
+    ]
+    tier["metadata"]["name"] = "unknown-field"
+    tier["spec"]["workload"]["notAField"] = 1
+    # SSA says "field not declared in schema", a create "unknown field": both name it.
+    with pytest.raises(ClusterError, match=r"spec\.workload\.notAField"):
+        strict_apply(bare_cluster, tier, EXAMPLES_NS)
+
+
+def test_operator_reads_its_own_pods_image(bare_cluster: LocalCluster) -> None:
+    """probe_image under the operator's own identity (deploy/manifests/rbac.yaml): the image
+    of the `operator` container of the pod KVTIER_POD_NAME names."""
+    from kvtier.handlers.registration import probe_image
+    from kvtier.kube.rest import Kube, load_client
+
+    restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "kvtier-operator-self", "namespace": "kvtier-system"},
+        "spec": {
+            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {"name": "other", "image": TAG_REF, "securityContext": restricted},
+                {"name": "operator", "image": DIGEST_REF, "securityContext": restricted},
+            ],
+        },
+    }
+    bare_cluster.kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+    kube = Kube(load_client(str(bare_cluster.operator_kubeconfig)))
+    env = {
+        "KVTIER_POD_NAME": "kvtier-operator-self",
+        "KVTIER_NAMESPACE": "kvtier-system",
+        "RELATED_IMAGE_KVTIER_OPERATOR": TAG_REF,
+    }
+    assert probe_image(kube, env) == DIGEST_REF
+    assert probe_image(kube, {**env, "KVTIER_POD_NAME": "gone"}) == TAG_REF
