@@ -421,3 +421,17 @@ def test_operator_reads_its_own_pods_image(bare_cluster: LocalCluster) -> None:
     }
     assert probe_image(kube, env) == DIGEST_REF
     assert probe_image(kube, {**env, "KVTIER_POD_NAME": "gone"}) == TAG_REF
+
+
+def test_olms_schema_refuses_a_resource_without_name(
+    bare_cluster: LocalCluster, installed: dict[str, list[str]]
+) -> None:
+    """The control for the CSV: owned[].resources[] entries without `name`, as the bundle
+    had them before, fail OLM's own CSV schema."""
+    csv = yaml.safe_load(CSV_FILE.read_text())
+    csv["metadata"]["name"] = "kvtier-operator.v0.0.1-control"
+    for owned in csv["spec"]["customresourcedefinitions"]["owned"]:
+        for r in owned["resources"]:
+            r.pop("name")
+    with pytest.raises(ClusterError, match=r"resources\[0\]\.name: Required value"):
+        strict_apply(bare_cluster, csv, namespace="kvtier-system")
