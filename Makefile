@@ -63,6 +63,13 @@ test: venv deps cluster-bin validators upstream-crds lint check-generated check-
 demo: venv deps cluster-bin upstream-crds
 	hack/demo
 
+# vLLM's own config, KV-cache-spec and offloading classes, per pinned vLLM release (virtualenvs
+# in the cache, ~9 GiB each), against the golden files `make test` pins kvtier to: regenerates
+# and diffs them, failing on any difference. CONFORMANCE_WRITE=1 rewrites them. docs/conformance.md.
+.PHONY: conformance
+conformance:
+	hack/conformance/run $(if $(CONFORMANCE_WRITE),--write)
+
 # The full-size benchmark and robustness suites (CI runs them shortened in `make test`).
 bench: venv deps cluster-bin upstream-crds
 	$(BIN)/pip install -q -e '.[dev,plot,bench]'
