@@ -359,8 +359,22 @@ def schema_at(schema: dict[str, Any], path: str) -> dict[str, Any]:
     return schema
 
 
+# Display names the camelCase split gets wrong.
+DISPLAY_NAMES = {
+    "baselineTTFTSeconds": "Baseline TTFT Seconds",
+    "cephfs": "CephFS",
+    "cpu": "CPU",
+    "cpuBytesToUse": "CPU Bytes To Use",
+    "cpuTier": "CPU Tier",
+    "nvmePools": "NVMe Pools",
+    "targetRef": "Target",
+}
+
+
 def _display(path: str) -> str:
     last = path.split(".")[-1]
+    if last in DISPLAY_NAMES:
+        return DISPLAY_NAMES[last]
     words = "".join(
         f" {c}" if c.isupper() and i and not last[i - 1].isupper() else c
         for i, c in enumerate(last)
