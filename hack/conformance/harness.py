@@ -18,7 +18,10 @@ What is vLLM's own code, and what is not:
   (`get_kv_cache_spec`), which needs a GPU and the weights' model class. `layer_specs()` below
   builds that dict instead, from vLLM's spec classes FullAttentionSpec, SlidingWindowSpec and
   MLAAttentionSpec, with the values the vLLM config objects above return. The lines that do so
-  are the body of `layer_specs()` (marked "ASSEMBLED"). Assumptions there: the attention
+  are the body of `layer_specs()` (the three `_make_spec` calls marked "ASSEMBLED") and
+  `attention_layer_indices()`, which picks the layers that hold KV and those that slide.
+  The KV cache layout (0.33) is then resolved by vLLM's resolve_kv_cache_layout with the
+  layouts FLASH_ATTN (FLASHMLA for MLA) declares (`resolve_layout()`). Assumptions: the attention
   backend keeps the primary block size for sliding-window layers (FlashAttention on Hopper;
   other backends may pick another sliding-window block), a layer slides when the text
   config's `layer_types` says "sliding_attention" (gpt-oss, Gemma 3), and Nemotron NAS blocks
@@ -34,6 +37,13 @@ What is vLLM's own code, and what is not:
   with the three device queries answered as one H100 would (class EmulatedH100): the platform
   kvtier sizes for, on which e.g. CPUOffloadingSpec's shared region and replicated MLA layout
   apply. The provenance says so (`platform`).
+- vLLM's compiled kernel modules link against the NVIDIA driver (libcuda.so.1), absent here:
+  they load as empty modules (class _DriverlessExtensions), and kernel capability queries
+  ("..._supports_...") answer None; both listed in the provenance (`stubbedModules`,
+  `stubbedKernelOps`). Nothing the harness calls runs a kernel. For the same reason
+  compilation is off (enforce_eager, optimization level O0) and a checkpoint's weight
+  `quantization_config` (fp8, mxfp4; it does not change the KV cache) is dropped from the
+  config.json handed to vLLM (`models[].droppedQuantization`).
 - `contextBytes[N]` combines vLLM's numbers with one line of arithmetic (function
   `context_bytes`): every offloaded group stores floor(N / tokens per chunk) chunks (the
   offloading scheduler stores whole chunks only: `prompt_offloadable_tokens //
