@@ -207,8 +207,9 @@ MANAGER_CPU_BYTES = 256 << 20  # small tier for constructing managers (a /dev/sh
 MAX_MODEL_LEN = 32_768
 TP_SIZES = (1, 8)
 KV_DTYPES = ("auto", "fp8")
-# (GPU --block-size, offload block_size in tokens)
-BLOCKS = ((16, 16), (16, 256))
+# (GPU --block-size, offload block_size in tokens). GPU block 64 is FlashMLA's (and one of
+# FlashInfer-MLA's); an offload block of 16 over it is not a multiple: vLLM refuses it.
+BLOCKS = ((16, 16), (16, 256), (64, 64), (64, 16))
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "configs")
 
 

@@ -162,6 +162,7 @@ def differing_fields(kvtier: dict[str, Any], vllm: dict[str, Any]) -> set[str]:
 
 
 def _cases(doc: dict[str, Any]) -> list[Case]:
+    """The cases vLLM computed (refused ones are checked by test_refusals_agree)."""
     return [c for c in doc["cases"] if "error" not in c]
 
 
@@ -177,7 +178,35 @@ def test_no_unexpected_errors(path: Path) -> None:
                 problems.append(f"model {model['model']}: {model['error']}")
         elif model["model"] in KNOWN_MODEL_ERRORS:
             problems.append(f"model {model['model']}: builds now; drop it from KNOWN_MODEL_ERRORS")
-    problems += [f"{c['id']}: {c['error']}" for c in doc["cases"] if "error" in c]
+    for case in doc["cases"]:
+        if "error" not in case:
+            continue
+        if case["offloadBlockSize"] % case["gpuBlockSize"]:
+            continue  # vLLM refuses it; test_refusals_agree checks that kvtier does too
+        problems.append(f"{case['id']}: {case['error']}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=[p.stem for p in GOLDEN])
+def test_refusals_agree(path: Path) -> None:
+    """An offload block that is not a multiple of the GPU block: vLLM and kvtier both refuse."""
+    doc = _load(path)
+    refused = [c for c in doc["cases"] if c["offloadBlockSize"] % c["gpuBlockSize"]]
+    assert refused, "the golden file has no case with a non-multiple offload block"
+    problems = []
+    for case in refused:
+        if "error" not in case:
+            problems.append(f"{case['id']}: vLLM accepted it")
+        try:
+            sizing.SizingInput(
+                geometry=sizing.lookup_model(case["model"]),
+                average_context_tokens=50_000,
+                block_tokens=case["offloadBlockSize"],
+                gpu_block_tokens=case["gpuBlockSize"],
+            )
+        except sizing.SizingError:
+            continue
+        problems.append(f"{case['id']}: vLLM refuses it ({case.get('error')}), kvtier accepts it")
     assert not problems, "\n".join(problems)
 
 
