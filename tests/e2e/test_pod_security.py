@@ -31,22 +31,10 @@ from tests.e2e.kube_helpers import (
     wait_condition,
 )
 from tests.e2e.operator_process import OperatorProcess
+from tests.e2e.test_operator_apply import POLICY, POOL
 from tests.pod_security import pod_from_target, restricted_target, restricted_violations
 
-POOL = "local-nvme"
-CEPHFS_CLASS = "ocs-storagecluster-cephfs"
-POLICY: dict[str, Any] = {
-    "nvmePools": [
-        {
-            "name": POOL,
-            "mountPath": "/var/mnt/nvme",
-            "nodeSelector": {"kvcache.io/local-nvme": "true"},
-            "capacityPerNode": "3Ti",
-            "volumeSource": "HostPath",
-        }
-    ],
-    "cephfs": {"storageClassName": CEPHFS_CLASS},
-}
+CEPHFS_CLASS = POLICY["cephfs"]["storageClassName"]
 NEMOTRON = "hf://nvidia/Llama-3_1-Nemotron-Ultra-253B-v1"
 LLAMA = "hf://meta-llama/Llama-3.1-70B-Instruct"
 REFUSED = 'violates PodSecurity "restricted:latest"'
