@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: all venv deps cluster-bin validators upstream-crds lint generate check-generated render-manifests \
+.PHONY: all venv deps cluster-bin validators prometheus upstream-crds lint generate check-generated render-manifests \
 	check-manifests unit e2e test demo bench clean
 
 all: test
@@ -27,6 +27,11 @@ cluster-bin:
 # Go modules at pinned versions, into the same cache; tests/e2e/test_packaging.py runs them.
 validators:
 	hack/validators/build >/dev/null
+
+# Prometheus from its Go module at a pinned version (scraper, TSDB and HTTP API; no web UI),
+# into the same cache; tests/e2e/test_observed_health.py scrapes vLLM-format metrics with it.
+prometheus:
+	hack/prometheus/build >/dev/null
 
 # KServe's and Rook's own CRDs from their Go modules, into the same cache (no stand-ins).
 upstream-crds:
@@ -54,10 +59,10 @@ check-manifests: venv cluster-bin
 unit: venv
 	$(BIN)/pytest -m "not e2e"
 
-e2e: venv cluster-bin validators upstream-crds
+e2e: venv cluster-bin validators prometheus upstream-crds
 	$(BIN)/pytest -m e2e
 
-test: venv deps cluster-bin validators upstream-crds lint check-generated check-manifests
+test: venv deps cluster-bin validators prometheus upstream-crds lint check-generated check-manifests
 	$(BIN)/pytest
 
 demo: venv deps cluster-bin upstream-crds
