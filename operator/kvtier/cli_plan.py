@@ -69,6 +69,10 @@ _FLAGS = {
     "gpuKVCacheBytes": "--gpu-kv-cache",
     "gpuMemoryBytes": "--gpu-memory",
     "modelWeightsBytes": "--weights",
+    "vllmVersion": "--vllm-version",
+    "gpuBlockSizeTokens": "--gpu-block-tokens",
+    "dataParallelSize": "--data-parallel-size",
+    "maxModelLen": "--max-model-len",
 }
 
 
@@ -101,6 +105,32 @@ def _add_plan(subparsers: Subparsers) -> None:
     model.add_argument("--tp", type=int, default=1, help="tensor parallel size (default 1)")
     model.add_argument("--kv-dtype", default="auto", help=f"{'|'.join(KV_DTYPES)} (default auto)")
     model.add_argument("--block-tokens", type=int, default=_default("block_tokens"))
+
+    server = p.add_argument_group("vLLM server")
+    server.add_argument(
+        "--vllm-version",
+        default=_default("vllm_version"),
+        help=f"serving vLLM release (default {_default('vllm_version')}, the study's)",
+    )
+    server.add_argument(
+        "--gpu-block-tokens",
+        type=int,
+        default=_default("gpu_block_tokens"),
+        help="the attention backend's GPU block, vLLM --block-size (default 16)",
+    )
+    server.add_argument(
+        "--hybrid-kv-cache-manager",
+        choices=("on", "off"),
+        default="on",
+        help="off: the server runs with --disable-hybrid-kv-cache-manager (default on)",
+    )
+    server.add_argument(
+        "--data-parallel-size",
+        type=int,
+        default=_default("data_parallel_size"),
+        help="engines per pod, each with its own CPU tier (default 1)",
+    )
+    server.add_argument("--max-model-len", type=int, help="the server's --max-model-len")
 
     work = p.add_argument_group("workload")
     work.add_argument("--context", required=True, metavar="TOKENS", help="average context")
@@ -195,6 +225,11 @@ def sizing_input(args: argparse.Namespace) -> SizingInput:
         "tensor_parallel_size": args.tp,
         "kv_cache_dtype": args.kv_dtype,
         "block_tokens": args.block_tokens,
+        "vllm_version": args.vllm_version,
+        "gpu_block_tokens": args.gpu_block_tokens,
+        "hybrid_kv_cache_manager": args.hybrid_kv_cache_manager == "on",
+        "data_parallel_size": args.data_parallel_size,
+        "max_model_len": args.max_model_len,
         "tier_p99_seconds": _per_tier(args.tier_p99, "--tier-p99", parse_seconds),
         "tier_bandwidth_bytes_per_second": _per_tier(
             args.tier_bandwidth, "--tier-bandwidth", parse_bandwidth
@@ -402,11 +437,22 @@ def render_plan(result: SizingPlan, console: Console) -> None:
     d = result.as_dict()
     m, s, why = d["model"], d["sizing"], d["decisions"]
     heads = "MLA latent" if m["latentAttention"] else f"{m['kvHeads']} KV heads"
+    v = d["vllm"]
     console.print(
         Text(
             f"{m['name']} ({m['source']}): {m['attentionLayers']} attention layers × {heads} × "
             f"{m['headDim']} head dim, {m['kvCacheDtype']} KV, TP {m['tensorParallelSize']}",
             style="bold",
+        )
+    )
+    console.print(
+        Text(
+            f"vLLM {v['version']} (sized as release {v['release']}): GPU block "
+            f"{v['gpuBlockSizeTokens']} tokens, hybrid KV cache manager "
+            f"{'on' if v['hybridKVCacheManager'] else 'off'}, {v['dataParallelSize']} "
+            "engine(s) per pod; blockBytes, contextBytes, cpuChunks and shmBytes depend on "
+            "the release",
+            style="dim",
         )
     )
     # Two columns read well at any width: the figure, then one dim line saying why.
@@ -418,13 +464,15 @@ def render_plan(result: SizingPlan, console: Console) -> None:
         ("bytesPerTokenPerRank", *_bytes(s["bytesPerTokenPerRank"])),
         ("bytesPerToken", *_bytes(s["bytesPerToken"])),
         ("blockBytes", *_bytes(s["blockBytes"])),
+        ("contextBytes", *_bytes(s["contextBytes"])),
         ("workingSetBytes", *_bytes(s["workingSetBytes"])),
         ("workingSetBytesAllReplicas", *_bytes(s["workingSetBytesAllReplicas"])),
         ("cpuBytesToUse", *_bytes(s["cpuBytesToUse"])),
+        ("cpuChunks", f"{s['cpuChunks']:,}", "chunks"),
         ("fitsInCPU", str(s["fitsInCPU"]).lower(), ""),
         ("contextsInCPU", f"{s['contextsInCPU']:g}", "average contexts"),
         ("podMemoryBytes", *_bytes(s["podMemoryBytes"])),
-        ("shmBytes", *_bytes(s["shmBytes"])),
+        ("shmBytes", *(_bytes(s["shmBytes"]) if s["shmBytes"] is not None else ("none", ""))),
         ("topology", s["topology"], ""),
         ("diskBytes", *(_bytes(s["diskBytes"]) if s["diskBytes"] is not None else ("none", ""))),
     ]

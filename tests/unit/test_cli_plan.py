@@ -54,8 +54,45 @@ _STATUS_FIELDS = {
 
 
 def test_plan_json_gpt_oss_block(capsys: pytest.CaptureFixture[str]) -> None:
+    """The hybrid manager puts 18 of the 36 layers in one chunk (vLLM's own figure)."""
     doc = _json(capsys, "plan", "--model", "openai/gpt-oss-120b", "--context", "50000")
+    assert doc["sizing"]["blockBytes"] == 589_824
+    assert doc["vllm"]["layersPerChunk"] == 18
+    # 3,125 full-attention chunks + the 8 of the 128-token window.
+    assert doc["sizing"]["contextBytes"] == 3_133 * 589_824
+
+
+def test_plan_json_gpt_oss_hybrid_off(capsys: pytest.CaptureFixture[str]) -> None:
+    """--disable-hybrid-kv-cache-manager: every layer in each chunk, the naive formula."""
+    doc = _json(
+        capsys,
+        "plan",
+        "--model",
+        "gpt-oss-120b",
+        "--context",
+        "50000",
+        "--hybrid-kv-cache-manager",
+        "off",
+    )
     assert doc["sizing"]["blockBytes"] == 1_179_648
+    assert doc["sizing"]["contextBytes"] == 73_728 * 50_000
+
+
+def test_plan_json_deepseek_per_release(capsys: pytest.CaptureFixture[str]) -> None:
+    """MLA at TP 8: one copy per rank in 0.24, one replicated copy rounded to 4 KiB in 0.33."""
+    args = ("plan", "--model", "deepseek-v3", "--tp", "8", "--context", "50000")
+    old = _json(capsys, *args)
+    new = _json(capsys, *args, "--vllm-version", "0.33.0")
+    assert old["sizing"]["blockBytes"] == 8 * 16 * 61 * 576 * 2
+    assert new["sizing"]["blockBytes"] == 1_126_400  # 1,124,352 B rounded up to 4 KiB
+    assert new["vllm"]["replicatedLayout"] and not old["vllm"]["replicatedLayout"]
+
+
+def test_plan_unknown_vllm_release(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "--model", "llama-3.1-8b", "--context", "1000", "--vllm-version", "0.28"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--vllm-version" in err and "0.24.x, 0.33.x" in err
 
 
 def test_plan_json_nemotron_tp8(capsys: pytest.CaptureFixture[str]) -> None:

@@ -74,7 +74,7 @@ def test_status_shape_is_exactly_the_crd_fields() -> None:
 def test_every_byte_figure_is_an_int() -> None:
     sizing = plan(_input(concurrent_sessions=7, node_memory_bytes=2 * 2**40)).as_dict()["sizing"]
     for key, value in sizing.items():
-        if key == "diskBytes" and value is None:  # no disk tier here
+        if key in ("diskBytes", "shmBytes") and value is None:  # no disk tier, no shm file
             continue
         if key.endswith("Bytes") or key.startswith("bytes") or key == "cpuBytesToUse":
             assert type(value) is int, key
@@ -111,7 +111,41 @@ def test_pods_per_node_share_the_cap() -> None:
 def test_pod_memory_and_shm() -> None:
     s = plan(_input(cpu_bytes=64 * GB, memory_overhead_factor=1.9, headroom_bytes=GiB)).sizing
     assert s.pod_memory_bytes == 121_600_000_000 + GiB
-    assert s.shm_bytes == 64 * GB + GiB
+    assert s.shm_bytes is None  # 0.24 keeps a CPU-only tier in private pinned memory
+
+
+def test_shm_holds_the_tier_where_the_release_puts_it() -> None:
+    newer = plan(_input(cpu_bytes=64 * GB, headroom_bytes=GiB, vllm_version="0.33.0"))
+    assert newer.sizing.shm_bytes == 64 * GB + GiB
+    assert not newer.clear_stale_shm_file  # 0.33 unlinks the file once mapped
+    tiering = plan(_input(cpu_bytes=64 * GB, headroom_bytes=GiB, disk_type="CephFS"))
+    assert tiering.sizing.shm_bytes == 64 * GB + GiB  # TieringOffloadingSpec: /dev/shm in 0.24
+    assert tiering.clear_stale_shm_file  # and 0.24 leaves it behind after an OOMKill
+
+
+def test_data_parallel_engines_each_hold_a_tier() -> None:
+    one = plan(_input(cpu_bytes=64 * GB, headroom_bytes=GiB, vllm_version="0.33"))
+    two = plan(
+        _input(cpu_bytes=64 * GB, headroom_bytes=GiB, vllm_version="0.33", data_parallel_size=2)
+    )
+    assert two.sizing.cpu_bytes_to_use == one.sizing.cpu_bytes_to_use  # per engine
+    assert two.sizing.pod_memory_bytes - GiB == 2 * (one.sizing.pod_memory_bytes - GiB)
+    assert two.sizing.shm_bytes == 2 * 64 * GB + GiB
+
+
+def test_hash_seed_only_where_the_release_needs_it() -> None:
+    assert plan(_input(disk_type="CephFS", replicas=2)).shared_hash_seed
+    assert not plan(_input(disk_type="CephFS", replicas=2, vllm_version="0.33")).shared_hash_seed
+
+
+def test_linear_attention_blocks_refused_where_vllm_cannot_build_them() -> None:
+    from kvtier.sizing import lookup_model
+
+    nemotron = lookup_model("nemotron-ultra-253b")
+    plan(SizingInput(nemotron, 50_000, tensor_parallel_size=8))  # 0.24 builds it
+    with pytest.raises(SizingError) as exc:
+        plan(SizingInput(nemotron, 50_000, tensor_parallel_size=8, vllm_version="0.33.0"))
+    assert exc.value.field == "vllmVersion" and "replace_with_linear" in exc.value.message
 
 
 def test_sessions_are_shared_by_replicas() -> None:

@@ -69,6 +69,7 @@ def test_working_set_and_fit_are_monotone(
 ) -> None:
     g = ModelGeometry(80, 8, 128)
     cpu = max(cpu, 16 * bytes_per_token(g, 8, 2))
+    assume(context >= 16)  # vLLM stores whole 16-token chunks: a shorter context stores none
 
     def run(ctx: int, n: int) -> tuple[int, bool, float]:
         s = plan(

@@ -4,18 +4,14 @@ tests/fixtures/vllm/<version>.json holds what vLLM's own classes computed (hack/
 harness.py, run in a vLLM virtualenv by hack/conformance/run). These tests need no vLLM: they
 recompute kvtier's figures for every case and compare.
 
-Known defects (issue 17, "vLLM truth") are listed in KNOWN_DIFFERENCES: each says which
-cases it applies to (a predicate on vLLM's recorded figures) and which figures it explains.
-A difference that no entry explains fails, and so does an entry that no longer shows a
-difference in a case it applies to, or applies to no case at all: fixing the sizing means
-removing its entry here, in the same change.
+Every figure must equal vLLM's: chunk bytes and chunk count exactly, the bytes of a context
+within 1 %, for every case of every pinned release. What vLLM itself refuses, kvtier must
+refuse too.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,70 +22,9 @@ from kvtier import sizing
 GOLDEN_DIR = Path(__file__).parent.parent / "fixtures" / "vllm"
 GOLDEN = sorted(GOLDEN_DIR.glob("*.json"))
 CONTEXT_TOLERANCE = 0.01  # bytes for a context: within 1 % (the issue's bar); chunks exact
-FIELDS = ("chunkBytes", "numChunks", "contextBytes")
 
 Case = dict[str, Any]
 
-
-def _has_sliding_groups(case: Case) -> bool:
-    groups = case.get("groups") or []
-    return bool(case.get("hybridKVCacheManager")) and any(
-        g["spec"] == "SlidingWindowSpec" for g in groups
-    )
-
-
-def _replicated(case: Case) -> bool:
-    return bool(case["offload"].get("replicatedLayout"))
-
-
-def _rounded(case: Case) -> bool:
-    offload = case["offload"]
-    return bool(offload["rawKVBytesPerChunk"] != offload["kvBytesPerChunk"])
-
-
-def _partial_chunks(case: Case) -> bool:
-    """A context that ends inside a chunk by more than the tolerance (vLLM stores whole ones)."""
-    tokens_per_chunk = case["offload"]["tokensPerChunk"]
-    return any(
-        (int(n) % tokens_per_chunk) / int(n) > CONTEXT_TOLERANCE for n in case["contextBytes"]
-    )
-
-
-@dataclass(frozen=True)
-class Known:
-    """One known difference between kvtier and vLLM (issue 17)."""
-
-    why: str
-    applies: Callable[[Case], bool]
-    fields: tuple[str, ...]
-
-
-KNOWN_DIFFERENCES: dict[str, Known] = {
-    "sliding-window-groups": Known(
-        "hybrid KV cache manager on: one CPU chunk holds one group of layers (groups padded to "
-        "equal size), and a sliding-window group keeps only its window's chunks per request; "
-        "kvtier sizes every layer for the whole context",
-        _has_sliding_groups,
-        ("chunkBytes", "numChunks", "contextBytes"),
-    ),
-    "mla-replicated-layout": Known(
-        "MLA at TP > 1, one node, mp executor: vLLM stores one replicated copy of the latent, "
-        "kvtier one per rank",
-        _replicated,
-        ("chunkBytes", "numChunks", "contextBytes"),
-    ),
-    "chunk-4k-rounding": Known(
-        "vLLM rounds each CPU chunk up to 4 KiB (SharedOffloadRegion alignment); kvtier does not",
-        _rounded,
-        ("chunkBytes", "numChunks", "contextBytes"),
-    ),
-    "whole-chunks-only": Known(
-        "vLLM stores whole chunks only (the tail of a context shorter than one chunk is not "
-        "offloaded); kvtier counts every token of the context",
-        _partial_chunks,
-        ("contextBytes",),
-    ),
-}
 
 # Rendered kv-transfer-configs vLLM's tier constructor refuses, by disk type.
 KNOWN_MANAGER_FAILURES: dict[str, str] = {
@@ -127,16 +62,26 @@ def test_provenance(path: Path) -> None:
     assert doc["cases"], "a golden file without cases"
 
 
-def kvtier_figures(case: Case, cpu_bytes: int, contexts: list[int]) -> dict[str, Any]:
+def kvtier_figures(case: Case, version: str, cpu_bytes: int, contexts: list[int]) -> dict[str, Any]:
     """kvtier's own numbers for one vLLM case (the same sizing `kvtier plan` uses)."""
-    geometry = sizing.lookup_model(case["model"])
-    _, dtype_bytes = sizing.resolve_kv_dtype(case["kvCacheDtype"], geometry.model_dtype)
-    per_token = sizing.bytes_per_token(geometry, case["tensorParallelSize"], dtype_bytes)
-    block = case["offloadBlockSize"] * per_token
+    sp = sizing.plan(
+        sizing.SizingInput(
+            geometry=sizing.lookup_model(case["model"]),
+            average_context_tokens=max(contexts),
+            tensor_parallel_size=case["tensorParallelSize"],
+            kv_cache_dtype=case["kvCacheDtype"],
+            block_tokens=case["offloadBlockSize"],
+            gpu_block_tokens=case["gpuBlockSize"],
+            hybrid_kv_cache_manager=case["hybridKVCacheManager"],
+            vllm_version=version,
+            cpu_bytes=cpu_bytes,
+            disk_type="None",  # the cases are CPUOffloadingSpec's
+        )
+    )
     return {
-        "chunkBytes": block,
-        "numChunks": cpu_bytes // block,
-        "contextBytes": {str(n): per_token * n for n in contexts},
+        "chunkBytes": sp.sizing.block_bytes,
+        "numChunks": sp.sizing.cpu_chunks,
+        "contextBytes": {str(n): sp.layout.context_bytes(n) for n in contexts},
     }
 
 
@@ -211,38 +156,36 @@ def test_refusals_agree(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", GOLDEN, ids=[p.stem for p in GOLDEN])
-def test_figures_match_vllm_or_are_known(path: Path) -> None:
-    """chunk bytes, chunk count and context bytes: equal, or explained by KNOWN_DIFFERENCES."""
+def test_figures_match_vllm(path: Path) -> None:
+    """chunk bytes, chunk count and context bytes: kvtier equals vLLM in every case."""
     doc = _load(path)
     cpu_bytes = doc["settings"]["cpuBytesToUse"]
     contexts = doc["settings"]["contexts"]
-    unexplained: list[str] = []
-    vanished: list[str] = []
-    for case in _cases(doc):
-        ours = kvtier_figures(case, cpu_bytes, contexts)
+    cases = _cases(doc)
+    assert cases, "the golden file has no computed case"
+    problems: list[str] = []
+    for case in cases:
+        ours = kvtier_figures(case, path.stem, cpu_bytes, contexts)
         theirs = vllm_figures(case)
-        diff = differing_fields(ours, theirs)
-        applying = {name: k for name, k in KNOWN_DIFFERENCES.items() if k.applies(case)}
-        explained = {f for k in applying.values() for f in k.fields}
-        for field in sorted(diff - explained):
-            unexplained.append(
-                f"{case['id']}: {field} kvtier {ours[field]} != vLLM {theirs[field]}"
-            )
-        if applying and not diff:
-            vanished.append(f"{case['id']}: {sorted(applying)} listed, but kvtier equals vLLM")
-    assert not unexplained, "differences no KNOWN_DIFFERENCES entry explains:\n" + "\n".join(
-        unexplained
-    )
-    assert not vanished, "known differences that no longer show (remove them):\n" + "\n".join(
-        vanished
-    )
+        for field in sorted(differing_fields(ours, theirs)):
+            problems.append(f"{case['id']}: {field} kvtier {ours[field]} != vLLM {theirs[field]}")
+    assert not problems, "kvtier differs from vLLM:\n" + "\n".join(problems)
 
 
-def test_every_known_difference_still_applies() -> None:
-    """An entry that applies to no case of any golden file is stale."""
+def test_cases_cover_the_version_dependent_layouts() -> None:
+    """The golden files exercise what makes sizing version-dependent (else the test is weak)."""
     cases = [c for path in GOLDEN for c in _cases(_load(path))]
-    stale = [name for name, k in KNOWN_DIFFERENCES.items() if not any(k.applies(c) for c in cases)]
-    assert not stale, f"KNOWN_DIFFERENCES entries no golden case shows: {stale}"
+    assert any(
+        c["hybridKVCacheManager"] and any(g["spec"] == "SlidingWindowSpec" for g in c["groups"])
+        for c in cases
+    ), "no sliding-window group under the hybrid manager"
+    assert any(c["offload"].get("replicatedLayout") for c in cases), "no replicated MLA layout"
+    assert any(
+        c["offload"]["rawKVBytesPerChunk"] != c["offload"]["kvBytesPerChunk"] for c in cases
+    ), "no chunk rounded up by vLLM's alignment"
+    assert any(int(n) % c["offload"]["tokensPerChunk"] for c in cases for n in c["contextBytes"]), (
+        "no context ending inside a chunk"
+    )
 
 
 def _rendered(entry: dict[str, Any], manager_cpu_bytes: int) -> dict[str, Any]:
@@ -281,9 +224,3 @@ def test_rendered_configs_build_a_tier_manager(path: Path) -> None:
         elif not entry["builds"] and known is None:
             problems.append(f"{label}: vLLM refused it: {entry.get('error')}")
     assert not problems, "\n".join(problems)
-
-
-def test_expected_differences_are_documented() -> None:
-    """Each entry says why; the lists stay explicit (no catch-all)."""
-    for name, known in KNOWN_DIFFERENCES.items():
-        assert known.why and set(known.fields) <= set(FIELDS), name

@@ -85,7 +85,7 @@ class Offload:
     kv_transfer_config: Mapping[str, Any]
     cpu_bytes: int
     pod_memory_bytes: int
-    shm_bytes: int
+    shm_bytes: int | None  # None: the release keeps the CPU tier out of /dev/shm
     disk: SharedClaim | PerPodClaim | None = None
     disk_label: str | None = None  # "NVMe" / "CephFS", for the summary
     eviction_policy: str = "lru"
@@ -333,12 +333,14 @@ def _pod_parts(
     parts.container["resources"] = _resources(memory)
     parts.record.update(memory.record)
 
-    shm = _shm(container, volumes, offload.shm_bytes, applied)
-    if isinstance(shm, Conflict):
-        return shm
-    parts.volumes.append(shm.volume)
-    mounts = [shm.mount] if shm.mount else []
-    parts.record.update(shm.record)
+    mounts: list[dict[str, Any]] = []
+    if offload.shm_bytes is not None:  # the release keeps the tier in a /dev/shm file
+        shm = _shm(container, volumes, offload.shm_bytes, applied)
+        if isinstance(shm, Conflict):
+            return shm
+        parts.volumes.append(shm.volume)
+        mounts += [shm.mount] if shm.mount else []
+        parts.record.update(shm.record)
 
     if mount_disk and offload.disk is not None:
         taken = _by_key(container.get("volumeMounts"), "mountPath", offload.mount_path)
@@ -375,7 +377,11 @@ def _summary(target: Mapping[str, Any], offload: Offload, how: str, memory: int)
     return (
         f"{target['kind']} {meta['namespace']}/{meta['name']}: {how} (CPU tier "
         f"{to_quantity(offload.cpu_bytes)}{disk}), memory request {to_quantity(memory)}, "
-        f"{SHM_PATH} {to_quantity(offload.shm_bytes)}"
+        + (
+            f"{SHM_PATH} {to_quantity(offload.shm_bytes)}"
+            if offload.shm_bytes is not None
+            else f"no {SHM_PATH} (the release keeps the tier in private memory)"
+        )
     )
 
 

@@ -77,5 +77,8 @@ def _entry(item: dict[str, Any]) -> CatalogEntry:
             total_layers=item.get("totalLayers", layers),
             source="catalog",
             max_position_embeddings=item.get("maxPositionEmbeddings"),
+            sliding_layers=item.get("slidingLayers", 0),
+            sliding_window=item.get("slidingWindow"),
+            linear_attention_blocks=item.get("linearAttentionBlocks", 0),
         ),
     )

@@ -48,6 +48,11 @@ class ModelGeometry:
     total_layers: int | None = None  # for display: Nemotron has 64 attention layers of 162
     source: str = "explicit"  # catalog | config.json | explicit
     max_position_embeddings: int | None = None  # longest context, when catalog or config knows
+    # Of attention_layers, how many attend over a sliding window of that many tokens.
+    sliding_layers: int = 0
+    sliding_window: int | None = None
+    # Nemotron NAS blocks whose attention is a linear replacement (they hold no KV).
+    linear_attention_blocks: int = 0
 
     def __post_init__(self) -> None:
         for field, value in (
@@ -59,9 +64,27 @@ class ModelGeometry:
                 raise SizingError(field, f"must be a whole number greater than zero, got {value!r}")
         if self.latent_attention and self.kv_heads != 1:
             raise SizingError("kvHeads", "a latent-attention (MLA) geometry has exactly one head")
+        if not 0 <= self.sliding_layers <= self.attention_layers:
+            raise SizingError(
+                "slidingLayers",
+                f"{self.sliding_layers} is not between 0 and the {self.attention_layers} "
+                "attention layers",
+            )
+        if (self.sliding_layers > 0) != (self.sliding_window is not None):
+            raise SizingError(
+                "slidingWindow", "slidingLayers and slidingWindow go together: both or neither"
+            )
+        if self.sliding_window is not None and self.sliding_window <= 0:
+            raise SizingError(
+                "slidingWindow", f"must be greater than zero, got {self.sliding_window}"
+            )
 
     def with_overrides(self, attention_layers: int, kv_heads: int, head_dim: int) -> ModelGeometry:
-        """Explicit geometry wins over catalog or config.json; the model's dtype is kept."""
+        """Explicit geometry wins over catalog or config.json; the model's dtype is kept.
+
+        The layer kinds (sliding window) go with the catalog's or config's layer count: an
+        explicit geometry describes full-attention layers only.
+        """
         return ModelGeometry(
             attention_layers=attention_layers,
             kv_heads=kv_heads,

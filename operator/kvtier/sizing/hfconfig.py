@@ -33,6 +33,8 @@ _HYBRID_KEYS = (
     "mamba_d_ssm",
     "linear_attn_config",
 )
+# Model families whose configs may leave out layer_types: every Nth layer is global attention.
+_GLOBAL_EVERY = {"gemma3": 6, "gemma2": 2}
 # Model families whose head_dim default is not hidden_size / heads when the key is absent.
 _HEAD_DIM_NOT_DERIVABLE = ("gemma",)
 
@@ -81,11 +83,13 @@ def geometry_from_hf_config(
             _latent_geometry(cfg, label, dtype), max_position_embeddings=_max_position(cfg, raw)
         )
 
+    sliding = linear = 0
     if isinstance(cfg.get("block_configs"), list):
-        layers, kv_heads, total = _nas_blocks(cfg["block_configs"], heads, label)
+        layers, kv_heads, total, linear = _nas_blocks(cfg["block_configs"], heads, label)
     else:
         total = _int(cfg, label, "num_hidden_layers", "n_layer", "num_layers")
-        layers = _layer_types(cfg, total, label)
+        layers = total
+        sliding = _sliding_layers(cfg, total, model_type, label)
         kv_heads = _kv_heads(cfg, heads, label)
     return ModelGeometry(
         attention_layers=layers,
@@ -96,6 +100,9 @@ def geometry_from_hf_config(
         total_layers=total,
         source="config.json",
         max_position_embeddings=_max_position(cfg, raw),
+        sliding_layers=sliding,
+        sliding_window=_int(cfg, label, "sliding_window") if sliding else None,
+        linear_attention_blocks=linear,
     )
 
 
@@ -125,14 +132,19 @@ def _latent_geometry(cfg: Mapping[str, Any], label: str, dtype: str) -> ModelGeo
     )
 
 
-def _nas_blocks(blocks: list[Any], heads: int, label: str) -> tuple[int, int, int]:
-    """Nemotron NAS `block_configs`: attention that is a no-op or linear holds no KV."""
+def _nas_blocks(blocks: list[Any], heads: int, label: str) -> tuple[int, int, int, int]:
+    """Nemotron NAS `block_configs`: attention that is a no-op or linear holds no KV.
+
+    (attention layers, KV heads, blocks, blocks whose attention is replace_with_linear)
+    """
     kv_heads: set[int] = set()
-    layers = 0
+    layers = linear = 0
     for index, block in enumerate(blocks):
         attention = block.get("attention") if isinstance(block, Mapping) else None
         if not isinstance(attention, Mapping):
             raise SizingError(FIELD, f"{label}: block_configs[{index}] has no attention entry")
+        if attention.get("replace_with_linear"):
+            linear += 1
         if attention.get("no_op") or attention.get("replace_with_linear"):
             continue
         group = attention.get("n_heads_in_group")
@@ -148,13 +160,23 @@ def _nas_blocks(blocks: list[Any], heads: int, label: str) -> tuple[int, int, in
         raise SizingError(
             FIELD, f"{label}: KV heads differ between layers ({sorted(kv_heads)}); cannot size"
         )
-    return layers, kv_heads.pop(), len(blocks)
+    return layers, kv_heads.pop(), len(blocks), linear
 
 
-def _layer_types(cfg: Mapping[str, Any], total: int, label: str) -> int:
+def _sliding_layers(cfg: Mapping[str, Any], total: int, model_type: str, label: str) -> int:
+    """How many layers attend over a sliding window (they hold KV, but only the window's)."""
     types = cfg.get("layer_types")
     if types is None:
-        return total
+        if cfg.get("sliding_window") is None or cfg.get("use_sliding_window") is False:
+            return 0
+        family = next((f for f in _GLOBAL_EVERY if model_type.startswith(f)), None)
+        if family is not None:
+            # Gemma 2/3 configs without layer_types: every Nth layer is global, the rest slide.
+            every = cfg.get("sliding_window_pattern", _GLOBAL_EVERY[family])
+            if not isinstance(every, int) or isinstance(every, bool) or every <= 0:
+                raise SizingError(FIELD, f"{label}: sliding_window_pattern is {every!r}")
+            return total - total // every
+        return 0
     if not isinstance(types, list) or len(types) != total:
         raise SizingError(
             FIELD, f"{label}: layer_types does not list one entry per layer ({total} layers)"
@@ -164,7 +186,10 @@ def _layer_types(cfg: Mapping[str, Any], total: int, label: str) -> int:
         raise SizingError(
             FIELD, f"{label}: layer type {unknown[0]!r} holds no per-token KV cache; cannot size"
         )
-    return total
+    sliding = sum(1 for t in types if t == "sliding_attention")
+    if sliding and cfg.get("sliding_window") is None:
+        raise SizingError(FIELD, f"{label}: layer_types has sliding layers but no sliding_window")
+    return sliding
 
 
 def _kv_heads(cfg: Mapping[str, Any], heads: int, label: str) -> int:

@@ -21,6 +21,8 @@ from kvtier.sizing.geometry import (
     kv_heads_per_rank,
     resolve_kv_dtype,
 )
+from kvtier.sizing.offload import OffloadLayout, offload_layout
+from kvtier.sizing.releases import DEFAULT_VLLM_VERSION, VLLMRelease, vllm_release
 from kvtier.sizing.tiers import DISK_TYPES, TierAssessment, assess_tier
 from kvtier.sizing.topology import choose_topology
 from kvtier.sizing.units import human_bytes
@@ -51,6 +53,12 @@ class SizingInput:
     kv_cache_dtype: str = "auto"  # auto | bfloat16 | float16 | fp8 (fp8_e4m3, fp8_e5m2)
     block_tokens: int = 16  # offload block size; a multiple of the GPU block size
     gpu_block_tokens: int = 16  # vLLM --block-size
+    # The serving vLLM: its release (releases.py) and the flags that change the CPU tier.
+    vllm_version: str = DEFAULT_VLLM_VERSION
+    hybrid_kv_cache_manager: bool = True  # off: --disable-hybrid-kv-cache-manager
+    data_parallel_size: int = 1  # engines per model-server pod, each with its own CPU tier
+    distributed_executor_backend: str = "mp"
+    max_model_len: int | None = None  # --max-model-len
     cpu_bytes: int | None = None  # None = auto: the working set, capped by node memory
     # CPU tier cap: node allocatable memory × fraction ÷ model-server pods on the node.
     node_memory_bytes: int | None = None
@@ -93,6 +101,7 @@ class SizingInput:
             "tensorParallelSize": self.tensor_parallel_size,
             "blockSizeTokens": self.block_tokens,
             "gpuBlockSizeTokens": self.gpu_block_tokens,
+            "dataParallelSize": self.data_parallel_size,
             "modelServerPodsPerNode": self.model_server_pods_per_node,
             "nReadThreads": self.n_read_threads,
             "nWriteThreads": self.n_write_threads,
@@ -107,11 +116,13 @@ class SizingInput:
             "gpuMemoryBytes": self.gpu_memory_bytes,
             "gpuCount": self.gpu_count,
             "modelWeightsBytes": self.model_weights_bytes,
+            "maxModelLen": self.max_model_len,
         }
         given = {k: v for k, v in optional_ints.items() if v is not None}
         for name, number in {**positive_ints, **given}.items():
             if not isinstance(number, int) or isinstance(number, bool) or number <= 0:
                 raise SizingError(name, f"must be a whole number greater than zero, got {number!r}")
+        vllm_release(self.vllm_version)  # refuses a release kvtier has not checked
         if self.headroom_bytes < 0:
             raise SizingError("headroomBytes", f"must not be negative, got {self.headroom_bytes}")
         if self.block_tokens % self.gpu_block_tokens:
@@ -157,15 +168,19 @@ class Sizing:
 
     bytes_per_token: int
     bytes_per_token_per_rank: int
-    block_bytes: int
-    working_set_bytes: int  # per replica: what one server's CPU tier must hold
+    block_bytes: int  # one CPU chunk (and one disk-tier block), as vLLM allocates it
+    context_bytes: int  # what one average context occupies in the CPU tier
+    cpu_chunks: int  # chunks vLLM creates for cpu_bytes_to_use
+    working_set_bytes: int  # per engine: what one CPU tier must hold
     working_set_bytes_all_replicas: int
     cpu_bytes_to_use: int  # per server, over all its workers (vLLM's meaning)
     fits_in_cpu: bool
     contexts_in_cpu: float  # average contexts the CPU tier holds, 2 decimals
     topology: str
     pod_memory_bytes: int  # memory to add to the model-server container for the tier
-    shm_bytes: int  # /dev/shm (memory emptyDir) size: the tier's backing file + headroom
+    # /dev/shm (memory emptyDir) size: the tier's backing file + headroom; None where the
+    # release keeps the tier in private memory.
+    shm_bytes: int | None
     # The disk tier's capacity as the operator claims it by default (None: no disk tier, or
     # an object store): CephFS one volume for all replicas, NVMe per replica (see disk_bytes).
     disk_bytes: int | None = None
@@ -186,6 +201,8 @@ class Sizing:
         return {
             **self.to_status(),
             "workingSetBytesAllReplicas": self.working_set_bytes_all_replicas,
+            "contextBytes": self.context_bytes,
+            "cpuChunks": self.cpu_chunks,
             "podMemoryBytes": self.pod_memory_bytes,
             "shmBytes": self.shm_bytes,
             "diskBytes": self.disk_bytes,
@@ -209,6 +226,12 @@ class SizingPlan:
     kv_transfer_config: dict[str, Any]
     decisions: dict[str, str]  # sizing field → one line saying why
     warnings: tuple[str, ...]
+    release: VLLMRelease
+    layout: OffloadLayout
+    # Pod-spec steps this release needs: remove a stale /dev/shm offload file before vLLM
+    # starts; one PYTHONHASHSEED for replicas that share a disk tier.
+    clear_stale_shm_file: bool = False
+    shared_hash_seed: bool = False
 
     def to_status(self) -> dict[str, Any]:
         """The `sizing` and `tiers` figures of KVCacheTier status."""
@@ -251,6 +274,25 @@ class SizingPlan:
                 "replicas": self.input.replicas,
                 "blockSizeTokens": self.input.block_tokens,
             },
+            "vllm": {
+                "version": self.input.vllm_version,
+                "release": self.release.series,
+                "gpuBlockSizeTokens": self.input.gpu_block_tokens,
+                "hybridKVCacheManager": self.input.hybrid_kv_cache_manager,
+                "dataParallelSize": self.input.data_parallel_size,
+                "distributedExecutorBackend": self.input.distributed_executor_backend,
+                "tokensPerChunk": self.layout.tokens_per_chunk,
+                "layersPerChunk": self.layout.layers_per_chunk,
+                "kvCacheGroups": [
+                    {"layers": g.layers, "windowChunks": g.window_chunks}
+                    for g in self.layout.groups
+                ],
+                "chunkAlignment": self.layout.alignment,
+                "replicatedLayout": self.layout.replicated,
+                "cpuTierInShm": self.sizing.shm_bytes is not None,
+                "clearStaleShmFile": self.clear_stale_shm_file,
+                "sharedHashSeed": self.shared_hash_seed,
+            },
             "sizing": self.sizing.as_dict(),
             "tiers": [t.as_dict() for t in self.tiers],
             "fioBlockSize": self.fio_block_size,
@@ -264,73 +306,66 @@ class SizingPlan:
 def plan(inp: SizingInput) -> SizingPlan:
     """Size the CPU tier, choose the topology, assess disk tiers, write the vLLM config."""
     g = inp.geometry
-    tp = inp.tensor_parallel_size
+    release = vllm_release(inp.vllm_version)
+    if g.linear_attention_blocks and not release.builds_linear_attention_blocks:
+        raise SizingError(
+            "vllmVersion",
+            f"vLLM {release.series} cannot build {g.name}'s {g.linear_attention_blocks} "
+            "replace_with_linear attention blocks; serve it with a release that can (0.24)",
+        )
     dtype, dtype_bytes = resolve_kv_dtype(inp.kv_cache_dtype, g.model_dtype)
-    heads = kv_heads_per_rank(g, tp)
-    per_rank = bytes_per_token_per_rank(g, tp, dtype_bytes)
-    per_token = per_rank * tp
-    block = inp.block_tokens * per_token
-    context_bytes = per_token * inp.average_context_tokens
-    sessions = math.ceil(inp.concurrent_sessions / inp.replicas)
-    working_set = context_bytes * sessions
-    decisions: dict[str, str] = {}
-    warnings: list[str] = []
-
-    decisions["kvCacheDtype"] = (
-        f"auto → {dtype} (model dtype {g.model_dtype})"
-        if inp.kv_cache_dtype.strip().lower() == "auto"
-        else f"{dtype} as requested"
-    )
-    decisions["bytesPerTokenPerRank"] = _per_rank_why(g, tp, heads, dtype, dtype_bytes)
-    decisions["bytesPerToken"] = (
-        f"{per_rank:,} B per rank × TP {tp} (cpu_bytes_to_use counts every worker)"
-    )
-    decisions["blockBytes"] = f"{inp.block_tokens} tokens × {per_token:,} B/token"
-    decisions["workingSetBytes"] = (
-        f"{per_token:,} B/token × {inp.average_context_tokens:,} tokens × {sessions} sessions "
-        f"per replica ({inp.concurrent_sessions} sessions over {inp.replicas} replicas)"
-    )
-    decisions["workingSetBytesAllReplicas"] = (
-        f"one context {human_bytes(context_bytes)} × {inp.concurrent_sessions} sessions"
-    )
-
-    cpu = _cpu_tier(inp, working_set, block, decisions, warnings)
-    fits = cpu >= working_set
-    decisions["fitsInCPU"] = (
-        f"CPU tier {human_bytes(cpu)} {'≥' if fits else '<'} working set {human_bytes(working_set)}"
-    )
-    contexts = round(cpu / context_bytes, 2)
-    decisions["contextsInCPU"] = (
-        f"CPU tier ÷ one {inp.average_context_tokens:,}-token context, {human_bytes(context_bytes)}"
-    )
-    if contexts < 1:
-        warnings.append("the CPU tier holds less than one average context")
-    _check_mirrors_hbm(inp, cpu, warnings)
-
-    pod_memory = _ceil_mul(cpu, inp.memory_overhead_factor) + inp.headroom_bytes
-    decisions["podMemoryBytes"] = (
-        f"{inp.memory_overhead_factor:g} × CPU tier (vLLM pinned/shared buffers reach ~1.9×) "
-        f"+ {human_bytes(inp.headroom_bytes)} headroom"
-    )
-    shm = cpu + inp.headroom_bytes
-    decisions["shmBytes"] = (
-        "/dev/shm holds the whole CPU tier file (vllm_offload_*.mmap) + headroom"
-    )
-
-    topo = choose_topology(fits, inp.replicas, inp.available_disk_types, inp.disk_type)
+    # The chunk alignment may differ with a disk tier (TieringOffloadingSpec), which is chosen
+    # from whether the working set fits: size CPU-only first, then again if a disk is chosen.
+    cpu_only = _size(inp, release, dtype, dtype_bytes, tiering=False)
+    topo = choose_topology(cpu_only.fits, inp.replicas, inp.available_disk_types, inp.disk_type)
+    sized = cpu_only
+    if topo.disk is not None:
+        sized = _size(inp, release, dtype, dtype_bytes, tiering=True)
+    decisions, warnings = sized.decisions, sized.warnings
+    layout, cpu = sized.layout, sized.cpu
     decisions["topology"] = topo.reason
     warnings.extend(topo.warnings)
 
-    disk_size = disk_bytes(topo.disk, working_set, context_bytes * inp.concurrent_sessions)
+    disk_size = disk_bytes(topo.disk, sized.working_set, sized.context * inp.concurrent_sessions)
     decisions["diskBytes"] = _disk_why(topo.disk)
 
-    tiers = _assess_tiers(inp, topo.disk, block)
+    tiers = _assess_tiers(inp, topo.disk, layout.chunk_bytes)
     if any(t.name == "ObjectStore" for t in tiers):
         warnings.append(_OBJECT_STORE_WARNING)
     for tier in tiers:
         if tier.selected and tier.beneficial is False:
             warnings.append(f"{tier.name} tier: {tier.reason}")
 
+    engines = inp.data_parallel_size
+    pod_memory = _ceil_mul(cpu * engines, inp.memory_overhead_factor) + inp.headroom_bytes
+    decisions["podMemoryBytes"] = (
+        f"{inp.memory_overhead_factor:g} × CPU tier"
+        + (f" × {engines} data-parallel engines" if engines > 1 else "")
+        + f" (vLLM pinned/shared buffers reach ~1.9×) + {human_bytes(inp.headroom_bytes)} headroom"
+    )
+    in_shm = topo.disk is not None or release.cpu_only_in_shm
+    shm = cpu * engines + inp.headroom_bytes if in_shm else None
+    decisions["shmBytes"] = (
+        f"/dev/shm holds the whole CPU tier file (vllm_offload_*.mmap) of each engine + headroom "
+        f"(vLLM {release.series})"
+        if in_shm
+        else f"none: vLLM {release.series} keeps a CPU-only tier in private pinned memory"
+    )
+    clear_stale = in_shm and release.leaves_stale_shm_file
+    if clear_stale:
+        decisions["clearStaleShmFile"] = (
+            f"vLLM {release.series} leaves vllm_offload_*.mmap in /dev/shm after an OOMKill; "
+            "it is removed before vLLM starts"
+        )
+    shared_seed = release.needs_shared_hash_seed
+    decisions["sharedHashSeed"] = (
+        f"vLLM {release.series} hashes blocks with PYTHONHASHSEED: replicas sharing a disk tier "
+        "need the same one"
+        if shared_seed
+        else f"vLLM {release.series} hashes blocks without PYTHONHASHSEED"
+    )
+
+    block = layout.chunk_bytes
     fio_bs = fio_block_size(block)
     decisions["fioBlockSize"] = (
         "the server-wide block size"
@@ -361,17 +396,19 @@ def plan(inp: SizingInput) -> SizingPlan:
         input=inp,
         kv_cache_dtype=dtype,
         kv_bytes_per_element=dtype_bytes,
-        kv_heads_per_rank=heads,
-        sessions_per_replica=sessions,
+        kv_heads_per_rank=kv_heads_per_rank(g, inp.tensor_parallel_size),
+        sessions_per_replica=sized.sessions,
         sizing=Sizing(
-            bytes_per_token=per_token,
-            bytes_per_token_per_rank=per_rank,
+            bytes_per_token=sized.per_token,
+            bytes_per_token_per_rank=sized.per_rank,
             block_bytes=block,
-            working_set_bytes=working_set,
-            working_set_bytes_all_replicas=context_bytes * inp.concurrent_sessions,
+            context_bytes=sized.context,
+            cpu_chunks=layout.chunks_in(cpu),
+            working_set_bytes=sized.working_set,
+            working_set_bytes_all_replicas=sized.context * inp.concurrent_sessions,
             cpu_bytes_to_use=cpu,
-            fits_in_cpu=fits,
-            contexts_in_cpu=contexts,
+            fits_in_cpu=sized.fits,
+            contexts_in_cpu=round(cpu / sized.context, 2) if sized.context else 0.0,
             topology=topo.topology,
             pod_memory_bytes=pod_memory,
             shm_bytes=shm,
@@ -384,7 +421,140 @@ def plan(inp: SizingInput) -> SizingPlan:
         kv_transfer_config=config,
         decisions=decisions,
         warnings=tuple(warnings),
+        release=release,
+        layout=layout,
+        clear_stale_shm_file=clear_stale,
+        shared_hash_seed=shared_seed,
     )
+
+
+@dataclass(frozen=True)
+class _Sized:
+    """The CPU tier for one layout (CPU-only or tiering), with its reasons."""
+
+    layout: OffloadLayout
+    per_rank: int
+    per_token: int
+    context: int
+    sessions: int
+    working_set: int
+    cpu: int
+    fits: bool
+    decisions: dict[str, str]
+    warnings: list[str]
+
+
+def _size(
+    inp: SizingInput, release: VLLMRelease, dtype: str, dtype_bytes: int, *, tiering: bool
+) -> _Sized:
+    g = inp.geometry
+    tp = inp.tensor_parallel_size
+    per_rank = bytes_per_token_per_rank(g, tp, dtype_bytes)
+    per_token = per_rank * tp
+    layout = offload_layout(
+        g,
+        tensor_parallel_size=tp,
+        dtype_bytes=dtype_bytes,
+        tokens_per_chunk=inp.block_tokens,
+        release=release,
+        hybrid_kv_cache_manager=inp.hybrid_kv_cache_manager,
+        tiering=tiering,
+        executor=inp.distributed_executor_backend,
+    )
+    block = layout.chunk_bytes
+    tokens = inp.average_context_tokens
+    context = layout.context_bytes(tokens)
+    engines = inp.replicas * inp.data_parallel_size
+    sessions = math.ceil(inp.concurrent_sessions / engines)
+    working_set = context * sessions
+    decisions: dict[str, str] = {}
+    warnings: list[str] = []
+
+    decisions["kvCacheDtype"] = (
+        f"auto → {dtype} (model dtype {g.model_dtype})"
+        if inp.kv_cache_dtype.strip().lower() == "auto"
+        else f"{dtype} as requested"
+    )
+    decisions["bytesPerTokenPerRank"] = _per_rank_why(
+        g, tp, kv_heads_per_rank(g, tp), dtype, dtype_bytes
+    )
+    decisions["bytesPerToken"] = f"{per_rank:,} B per rank × TP {tp} (the GPU KV cache of a token)"
+    decisions["blockBytes"] = _chunk_why(inp, release, layout, per_rank)
+    decisions["contextBytes"] = _context_why(inp, layout, context)
+    decisions["workingSetBytes"] = (
+        f"one {tokens:,}-token context {human_bytes(context)} × {sessions} sessions per engine "
+        f"({inp.concurrent_sessions} sessions over {inp.replicas} replicas"
+        + (
+            f" × {inp.data_parallel_size} data-parallel engines"
+            if inp.data_parallel_size > 1
+            else ""
+        )
+        + ")"
+    )
+    decisions["workingSetBytesAllReplicas"] = (
+        f"one context {human_bytes(context)} × {inp.concurrent_sessions} sessions"
+    )
+    if inp.max_model_len is not None and tokens > inp.max_model_len:
+        warnings.append(
+            f"the average context {tokens:,} tokens exceeds the server's --max-model-len "
+            f"{inp.max_model_len:,}: vLLM refuses such requests"
+        )
+    if context == 0:
+        warnings.append(
+            f"a {tokens:,}-token context is shorter than one {inp.block_tokens}-token chunk: "
+            "vLLM offloads whole chunks only, so nothing of it reaches the CPU tier"
+        )
+
+    cpu = _cpu_tier(inp, working_set, block, decisions, warnings)
+    fits = cpu >= working_set
+    decisions["fitsInCPU"] = (
+        f"CPU tier {human_bytes(cpu)} {'≥' if fits else '<'} working set {human_bytes(working_set)}"
+    )
+    decisions["cpuChunks"] = f"cpu_bytes_to_use ÷ {block:,} B chunks (whole chunks only)"
+    decisions["contextsInCPU"] = f"CPU tier ÷ one {tokens:,}-token context, {human_bytes(context)}"
+    if context and cpu < context:
+        warnings.append("the CPU tier holds less than one average context")
+    _check_mirrors_hbm(inp, cpu, warnings)
+    return _Sized(
+        layout, per_rank, per_token, context, sessions, working_set, cpu, fits, decisions, warnings
+    )
+
+
+def _chunk_why(inp: SizingInput, release: VLLMRelease, layout: OffloadLayout, per_rank: int) -> str:
+    layers = inp.geometry.attention_layers
+    per_layer = per_rank // layers
+    copies = (
+        "× 1: one replicated copy for all TP ranks (MLA)"
+        if layout.replicated
+        else f"× TP {inp.tensor_parallel_size}"
+    )
+    group = (
+        f"{layout.layers_per_chunk} layers of one KV cache group (hybrid manager: "
+        f"{len(layout.groups)} groups of the {layers} layers, padded to equal size)"
+        if layout.hybrid
+        else f"{layers} layers"
+    )
+    text = f"{layout.tokens_per_chunk} tokens × {group} × {per_layer:,} B per layer-token {copies}"
+    if layout.chunk_bytes != layout.raw_chunk_bytes:
+        text += (
+            f", {layout.raw_chunk_bytes:,} B rounded up to {layout.alignment:,} B "
+            f"(vLLM {release.series} alignment)"
+        )
+    return text
+
+
+def _context_why(inp: SizingInput, layout: OffloadLayout, context: int) -> str:
+    tokens = inp.average_context_tokens
+    whole = tokens // layout.tokens_per_chunk
+    windows = [g for g in layout.groups if g.window_chunks is not None]
+    text = f"{whole:,} whole chunks of {layout.tokens_per_chunk} tokens"
+    if windows:
+        full = len(layout.groups) - len(windows)
+        text += (
+            f" in {full} full-attention group(s), at most {windows[0].window_chunks} in each of "
+            f"{len(windows)} sliding-window group(s)"
+        )
+    return f"{text}: {layout.chunks_for_context(tokens):,} chunks, {human_bytes(context)}"
 
 
 def disk_bytes(disk: str | None, working_set: int, working_set_all_replicas: int) -> int | None:
