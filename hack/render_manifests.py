@@ -315,6 +315,9 @@ SPEC_DESCRIPTORS: dict[str, list[tuple[str, str]]] = {
         ("probing.schedule", "text"),
         ("nonBeneficialTier", "select"),
         ("storageRetention", "select"),
+        ("metrics", "group"),
+        ("metrics.prometheus.url", "text"),
+        ("metrics.windowSeconds", "number"),
     ],
 }
 STATUS_DESCRIPTORS: dict[str, list[tuple[str, str]]] = {

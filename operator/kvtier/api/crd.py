@@ -224,6 +224,26 @@ KVCACHETIER = CRDDefinition(
         PrinterColumn("Ready", '.status.conditions[?(@.type=="Ready")].status'),
         PrinterColumn("Mode", ".spec.mode", priority=1),
         PrinterColumn("Kind", ".spec.targetRef.kind", priority=1),
+        PrinterColumn(
+            "Effective",
+            '.status.conditions[?(@.type=="TierEffective")].status',
+            description="Whether the tiers pay off by vLLM's metrics.",
+            priority=1,
+        ),
+        PrinterColumn(
+            "Hit Ratio",
+            ".status.observed.externalHitRatio",
+            type="number",
+            description="External prefix-cache hit ratio over the window.",
+            priority=1,
+        ),
+        PrinterColumn(
+            "Load/Block",
+            ".status.observed.loadSecondsPerBlock",
+            type="number",
+            description="Mean seconds to load one offload block.",
+            priority=1,
+        ),
         _AGE,
     ),
 )

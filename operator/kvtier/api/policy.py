@@ -21,6 +21,7 @@ from kvtier.api.common import (
     quantity_rules,
     validations,
 )
+from kvtier.api.observed import MetricsSpec
 from kvtier.api.tier import DiskType, KVCacheDtype, Mode, ObjectMeta
 
 POLICY_NAME = "cluster"
@@ -296,6 +297,11 @@ class KVCachePolicySpec(KubeModel):
         default=None,
         description="What happens to a tier's volumes when the KVCacheTier is deleted "
         "(built-in: Delete; the data is only cache).",
+    )
+    metrics: MetricsSpec | None = Field(
+        default=None,
+        description="Where to read the model servers' vLLM metrics, to tell whether each "
+        "tier pays off (status.observed, TierEffective); off when omitted.",
     )
 
     @field_validator("nvme_pools")

@@ -23,6 +23,7 @@ from kvtier.api.common import (
     quantity_rules,
     validations,
 )
+from kvtier.api.observed import ObservedStatus
 
 GROUP = "kvcache.io"
 VERSION = "v1alpha1"
@@ -74,6 +75,7 @@ class ConditionType(StrEnum):
     APPLIED = "Applied"
     PROBED = "Probed"
     TIER_BENEFICIAL = "TierBeneficial"
+    TIER_EFFECTIVE = "TierEffective"
     CONFLICT = "Conflict"
 
 
@@ -598,11 +600,16 @@ class KVCacheTierStatus(KubeModel):
         description="Effective settings and their source (Default < Policy < Tier).",
         json_schema_extra=list_map("field"),
     )
+    observed: ObservedStatus | None = Field(
+        default=None,
+        description="What vLLM's own metrics showed over the last window (KVCachePolicy "
+        "spec.metrics); TierEffective is decided from it.",
+    )
     conditions: list[Condition] | None = Field(
         default=None,
         max_length=32,
         description="Ready, Sized, TargetFound, PolicyCompliant, Provisioned, Applied, Probed, "
-        "TierBeneficial, Conflict.",
+        "TierBeneficial, TierEffective, Conflict.",
         json_schema_extra=list_map("type"),
     )
 
