@@ -1,0 +1,68 @@
+"""Simulator speed: 10 simulated minutes of 64 agentic sessions, tiers on against tiers off.
+
+The goal (issue 23): the tiered run takes at most 10 s of wall time on this machine. Both runs
+are the study's setup with 64 sessions on one server; the tiers-off run is the baseline
+measured in the same process, so the ratio says what the tier models cost on top of the
+engine loop itself.
+
+    python bench/simulate.py [--runs 3] [--max-seconds 10]
+
+Prints `tiers off: <s> s`, `cpu+disk: <s> s` and `ratio cpu+disk: <x>x tiers off` (medians
+over --runs); exits 1 when the tiered run's median exceeds --max-seconds (0 disables it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+import time
+
+from kvtier.simulate import SimConfig, study_config
+from kvtier.simulate.engine import run_scenario
+from kvtier.simulate.setup import derive
+
+MINUTES = 10
+SESSIONS = 64
+
+
+def config(minutes: float = MINUTES) -> SimConfig:
+    base = study_config(duration_seconds=60.0 * minutes, warmup_seconds=0.0)
+    return dataclasses.replace(base, workload=dataclasses.replace(base.workload, sessions=SESSIONS))
+
+
+def time_scenario(cfg: SimConfig, scenario: str) -> tuple[float, int]:
+    """(wall seconds, requests completed) of one scenario, sizing included."""
+    start = time.perf_counter()
+    stats = run_scenario(cfg, derive(cfg), scenario)
+    return time.perf_counter() - start, len(stats.requests)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--minutes", type=float, default=MINUTES)
+    parser.add_argument("--max-seconds", type=float, default=10.0)
+    args = parser.parse_args(argv)
+    cfg = config(args.minutes)
+    walls: dict[str, list[float]] = {"none": [], "cpu+disk": []}
+    served: dict[str, int] = {}
+    for _ in range(args.runs):
+        for scenario in walls:  # interleaved, so a busy moment hits both alike
+            wall, requests = time_scenario(cfg, scenario)
+            walls[scenario].append(wall)
+            served[scenario] = requests
+    base = statistics.median(walls["none"])
+    tiered = statistics.median(walls["cpu+disk"])
+    print(f"tiers off: {base:.3f} s ({served['none']} requests)")
+    print(f"cpu+disk: {tiered:.3f} s ({served['cpu+disk']} requests)")
+    print(f"ratio cpu+disk: {tiered / base:.2f}x tiers off")
+    if args.max_seconds and tiered > args.max_seconds:
+        print(f"FAIL: {tiered:.3f} s > {args.max_seconds:g} s", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

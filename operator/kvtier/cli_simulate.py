@@ -1,0 +1,298 @@
+"""`kvtier simulate`: what would each tier do for this model, GPU and workload?
+
+Without flags it runs the study's setup (Nemotron-Ultra-253B at TP 8 on 8×H100, ~50K-token
+agentic prompts); every flag changes one input. simpy, rich and matplotlib load only here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from kvtier.cli import SUBCOMMAND_MODULES, CliError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from kvtier.cli import Subparsers
+    from kvtier.simulate import SimConfig, Simulation
+
+OUTPUTS = ("table", "json")
+PLOT_FORMATS = (".png", ".svg")
+# SizingError.field → the flag that sets it.
+_FLAGS = {
+    "model": "--model",
+    "parameters": "--params",
+    "queryHeads": "--query-heads",
+    "tensorParallelSize": "--tp",
+    "kvCacheDtype": "--kv-dtype",
+    "sessions": "--sessions",
+    "averageContextTokens": "--context",
+    "outputTokens": "--output-tokens",
+    "toolTokens": "--tool-tokens",
+    "thinkSeconds": "--think",
+    "systemPromptTokens": "--system-prompt",
+    "contextSpread": "--context",
+    "replicas": "--replicas",
+    "cpu.size": "--cpu",
+    "nodeMemoryBytes": "--node-memory",
+    "disk": "--disk",
+    "tierP99Seconds": "--tier-p99",
+    "tierBandwidth": "--tier-bandwidth",
+    "prefillTokensPerSecond": "--prefill-rate",
+    "decodeTokensPerSecond": "--decode-rate",
+    "durationSeconds": "--duration",
+    "warmupSeconds": "--warmup",
+}
+
+
+def register(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "simulate",
+        help=SUBCOMMAND_MODULES[__name__]["simulate"],
+        description="Discrete-event what-if of one vLLM server (or replicas sharing a disk "
+        "tier) under agentic sessions: throughput, TTFT and hits per tier with tiers off, "
+        "CPU only and CPU + disk, on the same seeded workload. Without flags: the study's "
+        "Nemotron-Ultra-253B setup. Assumptions and sources: docs/simulator.md.",
+    )
+    m = p.add_argument_group("model and GPUs")
+    m.add_argument("--model", help="catalog name or Hugging Face id (default: the study's)")
+    m.add_argument("--params", metavar="N", help="parameters, e.g. 70e9 (needed with --model)")
+    m.add_argument("--query-heads", type=int, help="attention heads (default 8 per KV head)")
+    m.add_argument("--tp", type=int, help="tensor parallel size = GPUs per server (default 8)")
+    m.add_argument("--kv-dtype", help="auto|bfloat16|float16|fp8 (default auto)")
+    m.add_argument("--prefill-rate", metavar="TOK/S", help="prefill tokens/s (default: FLOPs)")
+    m.add_argument("--decode-rate", metavar="TOK/S", help="one sequence's decode tokens/s")
+    w = p.add_argument_group("workload")
+    w.add_argument("--sessions", type=int, help="concurrent sessions over all replicas")
+    w.add_argument("--context", metavar="TOKENS", help="average prompt (default 50000)")
+    w.add_argument("--output-tokens", metavar="TOKENS", help="mean output per turn")
+    w.add_argument("--tool-tokens", metavar="TOKENS", help="mean tool result per turn")
+    w.add_argument("--system-prompt", metavar="TOKENS", help="shared system prompt")
+    w.add_argument("--think", metavar="SECONDS", help="mean tool time between turns")
+    w.add_argument("--replicas", type=int, help="model-server replicas")
+    w.add_argument("--routing", choices=("random", "sticky"), help="session → replica")
+    t = p.add_argument_group("tiers")
+    t.add_argument("--cpu", metavar="SIZE", help="CPU tier (cpu_bytes_to_use) or auto")
+    t.add_argument("--node-memory", metavar="SIZE", help="node memory (caps an auto CPU tier)")
+    t.add_argument("--disk", help="nvme|cephfs|objectstore|none (default nvme)")
+    t.add_argument("--tier-p99", metavar="SECONDS", help="the disk tier's fio p99 per block")
+    t.add_argument("--tier-bandwidth", metavar="RATE", help="the disk tier's bandwidth, 205MB/s")
+    t.add_argument("--disk-size", metavar="SIZE", help="disk tier capacity (default: sizing)")
+    r = p.add_argument_group("run")
+    r.add_argument("--duration", metavar="SECONDS", help="simulated time (default 3600)")
+    r.add_argument("--warmup", metavar="SECONDS", help="not measured (default 600)")
+    r.add_argument("--seed", type=int, help="workload seed (default 1)")
+    p.add_argument("-o", "--output", choices=OUTPUTS, default="table")
+    p.add_argument("--plot", metavar="FILE", help="throughput, TTFT and hits chart (.png/.svg)")
+    p.set_defaults(handler=run_simulate)
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    from kvtier.simulate import simulate
+    from kvtier.sizing import SizingError
+
+    if args.plot:
+        _check_plot_path(args.plot)
+    try:
+        result = simulate(sim_config(args))
+    except SizingError as exc:
+        flag = _FLAGS.get(exc.field, exc.field)
+        raise CliError(f"simulate: {flag}: {exc.message}") from None
+    if args.output == "json":
+        json.dump(result.as_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        from rich.console import Console
+
+        render(result, Console(file=sys.stdout))
+    if args.plot:
+        write_plot(result, args.plot)
+    return 0
+
+
+def sim_config(args: argparse.Namespace) -> SimConfig:
+    """The study's setup with every flag the user gave applied on top."""
+    from kvtier.simulate import STUDY_CEPHFS, STUDY_NVME, DiskTier, study_config
+    from kvtier.sizing import (
+        find_model,
+        normalize_disk_type,
+        parse_bandwidth,
+        parse_count,
+        parse_seconds,
+        parse_size,
+    )
+
+    config = study_config()
+    changes: dict[str, Any] = {}
+    if args.model:
+        if find_model(args.model).id != config.model and not args.params:
+            raise CliError("simulate: --params: give the parameter count of --model (e.g. 70e9)")
+        changes["model"] = args.model
+        changes["query_heads"] = None
+    if args.params:
+        changes["parameters"] = _number(args.params, "--params")
+    for flag, name in (("query_heads", "query_heads"), ("tp", "tensor_parallel_size")):
+        if getattr(args, flag) is not None:
+            changes[name] = getattr(args, flag)
+    if args.kv_dtype:
+        changes["kv_cache_dtype"] = args.kv_dtype
+    if args.prefill_rate:
+        changes["prefill_tokens_per_second"] = _number(args.prefill_rate, "--prefill-rate")
+    if args.decode_rate:
+        changes["decode_tokens_per_second"] = _number(args.decode_rate, "--decode-rate")
+    if args.replicas is not None:
+        changes["replicas"] = args.replicas
+    if args.routing:
+        changes["routing"] = args.routing
+    if args.cpu:
+        changes["cpu_bytes"] = None if args.cpu == "auto" else parse_size(args.cpu, "cpu.size")
+    if args.node_memory:
+        changes["node_memory_bytes"] = parse_size(args.node_memory, "nodeMemoryBytes")
+    for flag, name in (("duration", "duration_seconds"), ("warmup", "warmup_seconds")):
+        if getattr(args, flag):
+            changes[name] = _number(getattr(args, flag), f"--{flag}")
+    if args.seed is not None:
+        changes["seed"] = args.seed
+
+    disk: DiskTier | None = config.disk
+    if args.disk:
+        if args.disk.strip().lower() == "none":
+            disk = None
+            changes["scenarios"] = ("none", "cpu")
+        else:
+            kind = normalize_disk_type(args.disk, "disk")
+            disk = STUDY_CEPHFS if kind == "CephFS" else dataclasses.replace(STUDY_NVME, kind=kind)
+    if disk is not None:
+        if args.tier_p99:
+            disk = dataclasses.replace(
+                disk, p99_seconds=parse_seconds(args.tier_p99, "tierP99Seconds")
+            )
+        if args.tier_bandwidth:
+            disk = dataclasses.replace(
+                disk,
+                bandwidth_bytes_per_second=parse_bandwidth(args.tier_bandwidth, "tierBandwidth"),
+            )
+        if args.disk_size:
+            disk = dataclasses.replace(disk, capacity_bytes=parse_size(args.disk_size, "disk"))
+    changes["disk"] = disk
+
+    workload: dict[str, Any] = {}
+    if args.sessions is not None:
+        workload["sessions"] = args.sessions
+    for flag, name in (
+        ("context", "average_context_tokens"),
+        ("output_tokens", "output_tokens"),
+        ("tool_tokens", "tool_tokens"),
+        ("system_prompt", "system_prompt_tokens"),
+    ):
+        if getattr(args, flag):
+            workload[name] = parse_count(getattr(args, flag), name)
+    if args.think:
+        workload["think_seconds"] = _number(args.think, "--think", zero=True)
+    changes["workload"] = dataclasses.replace(config.workload, **workload)
+    return dataclasses.replace(config, **changes)
+
+
+def _number(text: str, flag: str, zero: bool = False) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise CliError(f"simulate: {flag}: {text!r} is not a number") from None
+    if not (value > 0 or (zero and value == 0)) or value == float("inf"):
+        raise CliError(f"simulate: {flag}: must be greater than zero, got {text}")
+    return value
+
+
+def render(result: Simulation, console: Console) -> None:
+    from rich import box
+    from rich.table import Table
+
+    c = result.config
+    d = result.derived
+    disk = c.disk
+    lines = [
+        f"{c.model} at TP {c.tensor_parallel_size} on {c.tensor_parallel_size}×{c.gpu.name}, "
+        f"{c.replicas} replica(s), {c.routing} routing",
+        f"{c.workload.sessions} sessions, ~{c.workload.average_context_tokens:,}-token prompts, "
+        f"{c.duration_seconds - c.warmup_seconds:g} s measured after {c.warmup_seconds:g} s "
+        f"warm-up, seed {c.seed}",
+        f"GPU KV cache {d.gpu_kv_tokens:,} tokens, CPU tier {d.cpu_tokens:,} tokens, "
+        + (
+            f"{disk.kind} {d.disk_tokens:,} tokens (p99 {disk.p99_seconds:g} s, "
+            f"{disk.bandwidth_bytes_per_second / 1e6:,.0f} MB/s"
+            f"{', shared' if disk.shared and c.replicas > 1 else ''})"
+            if disk
+            else "no disk tier"
+        ),
+    ]
+    for line in lines:
+        console.print(line)
+    table = Table(
+        box=box.SIMPLE,
+        title="output tokens/s, × tiers off, TTFT (s), prompt tokens by source",
+        title_justify="left",
+    )
+    table.add_column("tiers", no_wrap=True)
+    for header in ("tok/s", "×", "TTFT", "p50", "p99", "GPU", "CPU", "disk", "recomp"):
+        table.add_column(header, justify="right", no_wrap=True)
+    for r in result.results:
+        h = r.hit_ratios
+        table.add_row(
+            r.scenario,
+            f"{r.output_tokens_per_second:,.1f}",
+            f"{r.throughput_ratio:.2f}",
+            f"{r.ttft_mean:,.1f}",
+            f"{r.ttft_p50:,.1f}",
+            f"{r.ttft_p99:,.1f}",
+            *(f"{h[k]:.0%}" for k in ("gpu", "cpu", "disk", "recompute")),
+        )
+    console.print(table)
+
+
+def _check_plot_path(path: str) -> None:
+    from pathlib import Path
+
+    if Path(path).suffix.lower() not in PLOT_FORMATS:
+        raise CliError(f"--plot: {path!r} must end in {' or '.join(PLOT_FORMATS)}")
+
+
+def write_plot(result: Simulation, path: str) -> None:
+    """Three panels: throughput against tiers off, TTFT, and where prompt tokens came from."""
+    from pathlib import Path
+
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only, never a display
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise CliError("--plot needs matplotlib: pip install 'kvtier[plot]'", exit_code=1) from None
+
+    names = [r.scenario for r in result.results]
+    fig, (speed, ttft, hits) = plt.subplots(1, 3, figsize=(13, 4.5))
+    speed.bar(names, [r.throughput_ratio for r in result.results], color="tab:blue")
+    speed.set_title("throughput × tiers off")
+    ttft.bar(names, [r.ttft_mean for r in result.results], color="tab:orange", label="mean")
+    ttft.plot(names, [r.ttft_p99 for r in result.results], "k^", label="p99")
+    ttft.set_title("TTFT (s)")
+    ttft.legend()
+    bottom = [0.0] * len(names)
+    for tier in ("gpu", "cpu", "disk", "recompute"):
+        shares = [r.hit_ratios[tier] for r in result.results]
+        hits.bar(names, shares, bottom=bottom, label=tier)
+        bottom = [b + s for b, s in zip(bottom, shares, strict=True)]
+    hits.set_title("prompt tokens by source")
+    hits.legend()
+    fig.suptitle(f"{result.config.model}: {result.config.workload.sessions} sessions")
+    fig.tight_layout()
+    try:
+        with open(path, "wb") as out:
+            fig.savefig(out, format=Path(path).suffix.lower()[1:])
+    except OSError as exc:
+        raise CliError(f"--plot: cannot write {path}: {exc.strerror or exc}", exit_code=1) from None
+    finally:
+        plt.close(fig)

@@ -1,0 +1,53 @@
+"""A KV-cache tier as an LRU of prefixes, counted in tokens of whole blocks.
+
+Every request of a session reads its cached prefix from the first block on, so all blocks of
+one prefix are touched together and share one recency. Eviction takes blocks from the tail
+of the least recently used prefix first (a prefix without its head is useless, which is why
+vLLM frees a request's blocks tail first), so an entry is just "the first n tokens".
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+
+
+class PrefixLRU:
+    """Prefixes by key (a session, or the shared system prompt); capacity in tokens."""
+
+    def __init__(self, capacity_tokens: int, block_tokens: int) -> None:
+        self.capacity = capacity_tokens
+        self.block = block_tokens
+        self.used = 0
+        self._entries: OrderedDict[Hashable, int] = OrderedDict()
+
+    def cached(self, key: Hashable) -> int:
+        """Tokens of `key`'s prefix this tier holds (without touching it)."""
+        return self._entries.get(key, 0)
+
+    def touch(self, key: Hashable, tokens: int) -> None:
+        """Hold the first `tokens` (whole blocks) of `key`, most recently used."""
+        tokens = min(tokens // self.block * self.block, self.capacity)
+        held = self._entries.pop(key, 0)
+        tokens = max(tokens, held)
+        self._entries[key] = tokens
+        self.used += tokens - held
+        self.shrink(self.capacity)
+
+    def take(self, key: Hashable) -> int:
+        """Remove `key`'s prefix and return its length (a running request now owns it)."""
+        held = self._entries.pop(key, 0)
+        self.used -= held
+        return held
+
+    def shrink(self, capacity: int) -> None:
+        """Evict least-recently-used tails until at most `capacity` tokens are held."""
+        entries = self._entries
+        while self.used > capacity and entries:
+            key, held = next(iter(entries.items()))
+            drop = min(held, -(-(self.used - capacity) // self.block) * self.block)
+            self.used -= drop
+            if drop == held:
+                del entries[key]
+            else:
+                entries[key] = held - drop

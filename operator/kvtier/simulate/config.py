@@ -1,0 +1,184 @@
+"""What the simulator is given: hardware, model serving, workload and tiers.
+
+Byte figures of the KV cache (bytes per token, block bytes, the auto CPU tier, the disk
+tier's default capacity) are never computed here: `kvtier.simulate.setup` takes them from
+kvtier's sizing engine. Every default is explained, with its source, in docs/simulator.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from kvtier.sizing import DISK_TYPES, SizingError
+
+GiB = 1 << 30
+TiB = 1 << 40
+SCENARIOS = ("none", "cpu", "cpu+disk")
+ROUTINGS = ("random", "sticky")
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One accelerator's datasheet figures and the efficiencies assumed of them."""
+
+    name: str
+    memory_bytes: int
+    peak_flops: float  # dense 16-bit tensor FLOP/s
+    hbm_bytes_per_second: float
+    host_link_bytes_per_second: float  # CPU tier ↔ GPU copies, per GPU
+    prefill_flops_efficiency: float = 0.5  # model FLOPs utilisation of a long prefill
+    hbm_efficiency: float = 0.7  # share of HBM bandwidth a decode step reaches
+
+
+# NVIDIA H100 SXM5 datasheet: 80 GB HBM3 (taken as 80 GiB), 989.4 TFLOPS BF16 dense,
+# 3.35 TB/s HBM, PCIe Gen5 x16 to the host.
+H100 = GPU(
+    name="H100-SXM",
+    memory_bytes=80 * GiB,
+    peak_flops=989.4e12,
+    hbm_bytes_per_second=3.35e12,
+    host_link_bytes_per_second=25e9,
+)
+GPUS = {"h100": H100}
+
+
+@dataclass(frozen=True)
+class DiskTier:
+    """A secondary tier: fio p99 per block and bandwidth, as `kvtier probe` measures them."""
+
+    kind: str  # NVMe | CephFS | ObjectStore
+    p99_seconds: float
+    bandwidth_bytes_per_second: float
+    capacity_bytes: int | None = None  # None: the sizing engine's default disk capacity
+
+    @property
+    def shared(self) -> bool:
+        """CephFS and object stores are one cache for all replicas; NVMe is per node."""
+        return self.kind != "NVMe"
+
+
+# The study's CephFS (ODF 4.18, 3 OSDs, replica-1 pools): ~205 MB/s protocol ceiling at 5 MB
+# blocks; its p99 is taken at 50 ms (`kvtier plan --tier-p99 cephfs=0.05` in issue 23).
+STUDY_CEPHFS = DiskTier("CephFS", p99_seconds=0.05, bandwidth_bytes_per_second=205e6)
+# A local NVMe as kvtier's own probe tests measure it: p99 8.35 ms, 1.278 GB/s at 5 MB blocks.
+STUDY_NVME = DiskTier("NVMe", p99_seconds=0.00835, bandwidth_bytes_per_second=6.5e9)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Agentic sessions: a shared system prompt, a per-session context growing every turn.
+
+    A session starts at about (1 - spread) × the average context and ends once its context
+    passes (1 + spread) × it, so prompts average the given context; then a new session takes
+    its place. Every turn appends the model's output and a tool result to the context.
+    """
+
+    average_context_tokens: int = 50_000
+    sessions: int = 14  # concurrent, over all replicas
+    context_spread: float = 0.4
+    system_prompt_tokens: int = 8_000  # shared by every session
+    output_tokens: int = 150  # mean, exponential
+    tool_tokens: int = 2_000  # mean tool result appended per turn, exponential
+    think_seconds: float = 0.0  # mean tool time between turns (0: a fixed-concurrency client)
+
+    def validate(self) -> None:
+        _positive("sessions", self.sessions)
+        _positive("averageContextTokens", self.average_context_tokens)
+        _positive("outputTokens", self.output_tokens)
+        _positive("toolTokens", self.tool_tokens)
+        if not 0 <= self.context_spread < 1:
+            raise SizingError("contextSpread", f"must be in [0, 1), got {self.context_spread}")
+        if not 0 <= self.system_prompt_tokens < self.start_tokens:
+            raise SizingError(
+                "systemPromptTokens",
+                f"must be below a session's starting context {self.start_tokens:,}",
+            )
+        if not (math.isfinite(self.think_seconds) and self.think_seconds >= 0):
+            raise SizingError("thinkSeconds", f"must be zero or more, got {self.think_seconds}")
+
+    @property
+    def start_tokens(self) -> int:
+        return round(self.average_context_tokens * (1 - self.context_spread))
+
+    @property
+    def end_tokens(self) -> int:
+        return round(self.average_context_tokens * (1 + self.context_spread))
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One simulated deployment; `scenarios` are run on the same seeded workload."""
+
+    model: str
+    parameters: float  # model parameters (weights = parameters × weight bytes)
+    tensor_parallel_size: int = 8
+    query_heads: int | None = None  # None: 8 query heads per KV head (GQA-8)
+    kv_cache_dtype: str = "auto"
+    weight_bytes: int = 2  # 16-bit weights
+    block_tokens: int = 16
+    gpu: GPU = H100
+    gpu_memory_utilization: float = 0.9  # vLLM's default
+    gpu_reserved_bytes: int = 4 * GiB  # per GPU: activations, CUDA graphs, NCCL buffers
+    max_batched_tokens: int = 8192  # vLLM 0.24 default on ≥70 GB GPUs (OpenAI server)
+    prefill_tokens_per_second: float | None = None  # None: from FLOPs
+    decode_tokens_per_second: float | None = None  # one sequence; None: from HBM bandwidth
+    replicas: int = 1
+    routing: str = "random"
+    node_memory_bytes: int | None = 2 * TiB  # DGX H100 system memory
+    cpu_bytes: int | None = None  # None: kvtier's auto CPU tier for the node
+    disk: DiskTier | None = STUDY_NVME
+    workload: Workload = field(default_factory=Workload)
+    duration_seconds: float = 3600.0
+    warmup_seconds: float = 600.0
+    seed: int = 1
+    scenarios: tuple[str, ...] = SCENARIOS
+
+    def validate(self) -> None:
+        self.workload.validate()
+        _positive("parameters", self.parameters)
+        _positive("replicas", self.replicas)
+        _positive("maxBatchedTokens", self.max_batched_tokens)
+        _positive("durationSeconds", self.duration_seconds)
+        if self.query_heads is not None:
+            _positive("queryHeads", self.query_heads)
+        for name, rate in (
+            ("prefillTokensPerSecond", self.prefill_tokens_per_second),
+            ("decodeTokensPerSecond", self.decode_tokens_per_second),
+        ):
+            if rate is not None:
+                _positive(name, rate)
+        if not 0 <= self.warmup_seconds < self.duration_seconds:
+            raise SizingError("warmupSeconds", "must be zero or more and below the duration")
+        if self.routing not in ROUTINGS:
+            raise SizingError("routing", f"use {'|'.join(ROUTINGS)}")
+        unknown = [s for s in self.scenarios if s not in SCENARIOS]
+        if unknown or not self.scenarios:
+            raise SizingError("scenarios", f"use some of {', '.join(SCENARIOS)}")
+        if "cpu+disk" in self.scenarios and self.disk is None:
+            raise SizingError("disk", "the cpu+disk scenario needs a disk tier")
+        if self.disk is not None:
+            if self.disk.kind not in DISK_TYPES:
+                raise SizingError("disk", f"use {'|'.join(DISK_TYPES)}")
+            _positive("tierP99Seconds", self.disk.p99_seconds)
+            _positive("tierBandwidth", self.disk.bandwidth_bytes_per_second)
+
+
+def study_config(**overrides: object) -> SimConfig:
+    """The study's headline setup: Nemotron-Ultra-253B, TP 8 on 8×H100, ~50K-token prompts."""
+    base: Mapping[str, object] = {
+        "model": "nvidia/Llama-3_1-Nemotron-Ultra-253B-v1",
+        "parameters": 253e9,
+        "query_heads": 128,  # its config.json: num_attention_heads
+        "tensor_parallel_size": 8,
+        # Not published for Nemotron: the 64 GB of the Qwen and Gemma runs is smaller than
+        # Nemotron's GPU KV cache and would only mirror HBM (docs/simulator.md).
+        "cpu_bytes": 128 * GiB,
+    }
+    return SimConfig(**{**base, **overrides})  # type: ignore[arg-type]
+
+
+def _positive(name: str, value: float) -> None:
+    if isinstance(value, bool) or not value > 0 or not math.isfinite(value):
+        raise SizingError(name, f"must be greater than zero, got {value!r}")
