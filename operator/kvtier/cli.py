@@ -30,6 +30,7 @@ SUBCOMMAND_MODULES: dict[str, dict[str, str]] = {
     },
     "kvtier.cli_operator": {"operator": "run the kvtier operator"},
     "kvtier.cli_probe": {"probe": "measure a disk tier with fio at the model's block size"},
+    "kvtier.cli_evict": {"evict": "keep a vLLM fs tier directory below its high watermark"},
     "kvtier.cli_simulate": {"simulate": "what-if simulation of the tiers under agentic load"},
 }
 

@@ -1,0 +1,101 @@
+"""The pure parts of `kvtier evict`: watermarks, protection, LRU order, vLLM's names."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvtier.evict import layout
+from kvtier.evict.policy import (
+    Bound,
+    Watermarks,
+    batch_end,
+    bytes_to_free,
+    is_protected,
+    last_use,
+    lru_order,
+)
+
+GiB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("high", "low", "message"),
+    [
+        (0.7, 0.85, "--low: must be below --high"),
+        (0.8, 0.8, "--low: must be below --high"),
+        (1.5, 0.7, "--high: must be a fraction in (0, 1]"),
+        (0.85, 0.0, "--low: must be a fraction in (0, 1]"),
+        (float("nan"), 0.7, "--high: must be a fraction"),
+    ],
+)
+def test_bad_watermarks_name_the_flag(high: float, low: float, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("]", r"\]")):
+        Watermarks(high=high, low=low)
+
+
+def test_nothing_to_free_below_the_high_watermark() -> None:
+    marks = Watermarks()
+    assert bytes_to_free([Bound("volume", used=84 * GiB, size=100 * GiB)], marks) == 0
+
+
+def test_at_the_high_watermark_free_down_to_the_low_one() -> None:
+    marks = Watermarks()
+    assert bytes_to_free([Bound("volume", used=85 * GiB, size=100 * GiB)], marks) == 15 * GiB
+
+
+def test_the_fuller_bound_decides_and_both_end_below_low() -> None:
+    """The volume (statvfs) is 50 % used, but the tier's capacity is 90 % used: free 20 GiB,
+    which leaves the capacity at 70 % and the volume lower still."""
+    marks = Watermarks(high=0.85, low=0.70)
+    bounds = [
+        Bound("volume", used=100 * GiB, size=200 * GiB),
+        Bound("capacity", used=90 * GiB, size=100 * GiB),
+    ]
+    assert bytes_to_free(bounds, marks) == 20 * GiB
+    # Once a bound crossed high, every bound is brought to low: the volume needs 60 GiB more.
+    bounds[0] = Bound("volume", used=200 * GiB, size=200 * GiB)
+    assert bytes_to_free(bounds, marks) == 200 * GiB - 140 * GiB
+
+
+def test_a_zero_sized_bound_counts_as_full() -> None:
+    assert Bound("volume", used=0, size=0).ratio == 1.0
+
+
+def test_last_use_is_the_later_of_atime_and_mtime() -> None:
+    assert last_use(atime=10.0, mtime=20.0) == 20.0  # noatime: a write is the last use known
+    assert last_use(atime=30.0, mtime=20.0) == 30.0
+
+
+def test_protection_age() -> None:
+    assert is_protected(used_at=1000.0, now=1100.0, protect_seconds=300)
+    assert not is_protected(used_at=700.0, now=1100.0, protect_seconds=300)
+    assert not is_protected(used_at=1100.0, now=1100.0, protect_seconds=0)
+
+
+def test_lru_order_oldest_first_ties_in_scan_order() -> None:
+    assert lru_order([5.0, 1.0, 3.0, 1.0]) == [1, 3, 2, 0]
+
+
+def test_batch_end_covers_the_need_with_the_fewest_files() -> None:
+    order = [2, 0, 1]
+    sizes = [10, 20, 30]
+    assert batch_end(order, 0, sizes, 30) == 1  # file 2 alone (30 B)
+    assert batch_end(order, 0, sizes, 31) == 2
+    assert batch_end(order, 1, sizes, 100) == 3  # not enough: all of the rest
+    assert batch_end(order, 0, sizes, 0) == 0
+
+
+def test_vllm_names() -> None:
+    h = "3fa9c" + "0" * 59
+    assert layout.is_rank_dir("meta-llama_Llama-3.1-70B_0123456789ab_r7")
+    assert not layout.is_rank_dir("meta-llama_Llama-3.1-70B_0123456789ab")  # config.json's
+    assert not layout.is_rank_dir("data_r0")
+    assert layout.is_prefix_dir("3fa") and not layout.is_prefix_dir("3fa9")
+    assert layout.group_dir_prefix("9c_g0") == "9c"
+    assert layout.group_dir_prefix("9c_g12") == "9c"
+    assert layout.group_dir_prefix("9c") is None
+    assert layout.is_block_file(f"{h}.bin", "3fa9c")
+    assert layout.is_block_file(f"{h}.bin_8812093471.tmp", "3fa9c")  # a writer's temporary
+    assert not layout.is_block_file(f"{h}.bin", "3fa9d")  # not in its hash's directory
+    assert not layout.is_block_file("config.json", "")
+    assert not layout.is_block_file(f"{h}.bin.bak", "3fa9c")
