@@ -77,6 +77,7 @@ class ConditionType(StrEnum):
     TIER_BENEFICIAL = "TierBeneficial"
     TIER_EFFECTIVE = "TierEffective"
     CONFLICT = "Conflict"
+    SCHEDULER_SYNCED = "SchedulerSynced"
 
 
 class ValueSource(StrEnum):
@@ -553,12 +554,65 @@ class PlannedAction(KubeModel):
     )
 
 
+def _count(description: str) -> Any:
+    return Field(default=None, ge=0, description=description)
+
+
+class RolePlan(KubeModel):
+    """One role of an LLMInferenceService, sized by its own replicas and parallelism."""
+
+    role: Literal["decode", "prefill"] = Field(
+        description="decode: spec.template and spec.worker; prefill: spec.prefill."
+    )
+    templates: list[ShortText] | None = Field(
+        default=None, max_length=4, description="The pod templates patched for this role."
+    )
+    replicas: int | None = _count("The role's replicas (LeaderWorkerSet groups when multi-node).")
+    tensor: int | None = _count("Tensor-parallel size of one engine.")
+    pipeline: int | None = _count("Pipeline-parallel size (stages across pods with a worker).")
+    data: int | None = _count("Data-parallel ranks of one replica: each an engine of its own.")
+    data_local: int | None = _count("Data-parallel ranks per pod (spec.parallelism.dataLocal).")
+    pods_per_replica: int | None = _count("Pods of one replica (KServe's LeaderWorkerSet size).")
+    engines_per_pod: int | None = _count("vLLM engines in one pod.")
+    bytes_per_token_per_rank: int | None = _count(
+        "KV bytes per token on one GPU rank (one pipeline stage's layers)."
+    )
+    cpu_bytes_to_use: int | None = _count("vLLM cpu_bytes_to_use of one engine.")
+    cpu_bytes_per_pod: int | None = _count("The CPU tier one pod holds (per node).")
+    cpu_tier_blocks: int | None = _count("Offload blocks in one engine's CPU tier.")
+    pod_memory_bytes: int | None = _count("Memory added to each of the role's vLLM containers.")
+    shm_bytes: int | None = _count("/dev/shm of each of the role's pods.")
+    topology: Topology | None = Field(default=None, description="The role's tier topology.")
+
+
+class SchedulerPlan(KubeModel):
+    """The router's CPU-tier prefix scorer, kept in step with the CPU tier."""
+
+    plugin: ShortText = Field(description="The scheduler plugin kvtier sets.")
+    block_size_tokens: int = Field(ge=1, description="The scorer's block size in tokens.")
+    lru_capacity_per_server: int = Field(
+        ge=0, description="lruCapacityPerServer: CPU-tier blocks behind one endpoint."
+    )
+    roles: list[Literal["decode", "prefill"]] | None = Field(
+        default=None, max_length=2, description="The roles whose profiles use the scorer."
+    )
+
+
 class PlanStatus(KubeModel):
     """What Apply mode writes, readable by a person."""
 
     summary: LongText | None = Field(default=None, description="The plan as free text.")
     actions: list[PlannedAction] | None = Field(
         default=None, max_length=64, description="The writes, in the order they happen."
+    )
+    roles: list[RolePlan] | None = Field(
+        default=None,
+        max_length=2,
+        description="Per-role figures of an LLMInferenceService (decode, prefill).",
+        json_schema_extra=list_map("role"),
+    )
+    scheduler: SchedulerPlan | None = Field(
+        default=None, description="The scheduler's CPU-tier prefix scorer as kvtier sets it."
     )
 
 
@@ -609,7 +663,7 @@ class KVCacheTierStatus(KubeModel):
         default=None,
         max_length=32,
         description="Ready, Sized, TargetFound, PolicyCompliant, Provisioned, Applied, Probed, "
-        "TierBeneficial, TierEffective, Conflict.",
+        "TierBeneficial, TierEffective, Conflict, SchedulerSynced.",
         json_schema_extra=list_map("type"),
     )
 

@@ -34,6 +34,7 @@ from kvtier.policy.provisioning import (
     schema_mismatch_verdict,
     split_writes,
 )
+from kvtier.policy.roles import RolePlan, role_input, role_plans
 from kvtier.policy.targets import Placement, TargetFacts, placement, target_facts
 from kvtier.render import (
     DesiredWrite,
@@ -45,6 +46,7 @@ from kvtier.render import (
 )
 from kvtier.render.nvme import eligible_nodes, nvme_claim_spec, recycle_released_volumes
 from kvtier.render.probe_job import CephFSProbeVolume, NVMeProbeVolume
+from kvtier.render.scheduler import PLUGINS_PATH, SchedulerProblem, SchedulerSync
 from kvtier.sizing import (
     SizingError,
     SizingInput,
@@ -563,7 +565,9 @@ def _size(
     available = _available_disks(spec, eff, facts.nodes, place)
     try:
         probes = measured((facts.tier.get("status") or {}).get("tiers") or [])
-        inp = _sizing_input(spec, eff, target, place, facts.config_map, available, probes)
+        base = _sizing_input(spec, eff, target, place, facts.config_map, available, probes)
+        decode = next((r for r in target.roles if r.role == "decode"), None)
+        inp = role_input(base, decode) if decode is not None else base
         sp = plan(inp)
         too_large = _beyond_int64(sp)
         if too_large is not None:
@@ -584,6 +588,7 @@ def _size(
         dropped = _drop_if_not_beneficial(sp, eff)
         if dropped is not None:
             sp = plan(replace(inp, disk_type="None"))
+        roles = role_plans(base, sp, target.roles)
     except _Refusal as refusal:
         return [refusal.verdict]
     except SizingError as exc:
@@ -597,7 +602,7 @@ def _size(
         ]
     decision.sizing = sp
     status = decision.status
-    render_verdicts = _render(decision, spec, eff, sp, target, facts)
+    render_verdicts = _render(decision, spec, eff, sp, target, facts, roles)
     if dropped is not None:
         render_verdicts.append(dropped)
     status["sizing"] = sp.to_status()["sizing"]
@@ -629,6 +634,7 @@ def _render(
     sp: SizingPlan,
     target: TargetFacts,
     facts: Facts,
+    roles: Sequence[RolePlan] = (),
 ) -> list[Verdict]:
     """The writes Apply mode makes (Plan mode reports them) and what the cluster shows."""
     meta = facts.tier.get("metadata") or {}
@@ -636,7 +642,16 @@ def _render(
     assert facts.target is not None
     summary = _plan_summary(sp, decision.mode)
     try:
-        result = render_writes(ref, spec, eff, sp, facts.target, facts.nodes, target.replicas)
+        result = render_writes(
+            ref,
+            spec,
+            eff,
+            sp,
+            facts.target,
+            facts.nodes,
+            target.replicas,
+            [r.offload() for r in roles],
+        )
     except RenderError as exc:
         decision.status["plan"] = {"summary": f"{summary}\nCannot apply: {exc.message}"}
         return [Verdict(exc.condition, FALSE, exc.reason, exc.message)]
@@ -651,8 +666,17 @@ def _render(
         *result.notes,
         *(f"the KVCachePolicy provides {w.kind} {w.name}" for w in policy_writes),
     ]
+    if any(r.facts.role == "prefill" for r in roles):
+        notes.append("prefill has a CPU tier of its own; the disk tier serves decode")
+    if isinstance(result.scheduler, SchedulerProblem):
+        notes.append(result.scheduler.message)
     plan_status = RenderResult(writes=tier_writes, notes=notes).plan_status()
     plan_status["summary"] = f"{summary}\n{plan_status['summary']}"
+    if roles:
+        plan_status["roles"] = [r.status() for r in roles]
+    scheduler_verdict = _scheduler_verdict(result.scheduler, facts.target)
+    if isinstance(result.scheduler, SchedulerSync):
+        plan_status["scheduler"] = result.scheduler.status()
     decision.status["plan"] = plan_status
     decision.desired = tier_writes
     if decision.mode != Mode.APPLY:
@@ -678,12 +702,36 @@ def _render(
     decision.applied = applied.ok
     provisioned = provisioned_verdict(sp.disk, tier_writes, observed)
     verdicts = [provisioned, applied]
+    if scheduler_verdict is not None:
+        verdicts.append(scheduler_verdict)
     if sp.disk in ("NVMe", "CephFS") and eff.probe_enabled.value:
         decision.probe = _probe_step(ref, eff, sp, tier_writes, decision, provisioned.ok, facts)
         if decision.probe.verdict is not None:
             verdicts.append(decision.probe.verdict)
     verdicts.extend(_beneficial(sp, spec, eff, decision, facts))
     return verdicts
+
+
+def _scheduler_verdict(
+    sync: SchedulerSync | SchedulerProblem | None, target: Mapping[str, Any] | None
+) -> Verdict | None:
+    """SchedulerSynced: the router's CPU-tier prefix scorer holds the tier's block count, or
+    why kvtier does not write it. Never blocks Ready: the tier works either way."""
+    if sync is None:
+        return None
+    kind = ConditionType.SCHEDULER_SYNCED.value
+    if isinstance(sync, SchedulerProblem):
+        return Verdict(kind, FALSE, sync.reason, sync.message)
+    what = (
+        f"scheduler plugin {sync.plugin}: lruCapacityPerServer {sync.capacity} blocks of "
+        f"{sync.block_size_tokens} tokens ({', '.join(sync.roles)}), autoTune false"
+    )
+    current: Any = target
+    for key in PLUGINS_PATH:
+        current = current.get(key) if isinstance(current, Mapping) else None
+    if current != sync.plugins:
+        return Verdict(kind, FALSE, "SchedulerSyncing", f"{what}: not written yet")
+    return Verdict(kind, TRUE, "SchedulerSynced", what)
 
 
 def _claimed_by(facts: Facts, mode: str) -> str | None:
@@ -841,7 +889,12 @@ def _newsworthy(previous: Sequence[Mapping[str, Any]], v: Verdict) -> bool:
 
 def _ready(verdicts: Sequence[Verdict], mode: str) -> Verdict:
     # A tier that loses to recompute is kept with a warning (or dropped): it never blocks.
-    failing = [v for v in verdicts if not v.ok and v.type != ConditionType.TIER_BENEFICIAL]
+    failing = [
+        v
+        for v in verdicts
+        if not v.ok
+        and v.type not in (ConditionType.TIER_BENEFICIAL, ConditionType.SCHEDULER_SYNCED)
+    ]
     sized = any(v.type == ConditionType.SIZED.value and v.ok for v in verdicts)
     if failing:
         first = failing[0]

@@ -1,4 +1,4 @@
-"""What kvtier reads from a model server object: model, tensor parallelism, replicas, placement.
+"""What kvtier reads from a model server object: model, parallelism, replicas, roles, placement.
 
 Pure functions over the object as the API returns it (a dict), one reader per kind.
 """
@@ -19,6 +19,53 @@ MODEL_FLAGS = ("--model",)
 
 
 @dataclass(frozen=True)
+class RoleFacts:
+    """One set of vLLM pods of an LLMInferenceService: `decode` (spec.template and
+    spec.worker; the only role without spec.prefill) or `prefill` (spec.prefill), with the
+    replicas and parallelism KServe (v0.20) deploys it with.
+
+    With spec.worker (or spec.prefill.worker) each replica is a LeaderWorkerSet group of
+    `pods_per_replica` pods, KServe's ParallelismSpec.GetSize: data / dataLocal with data
+    parallelism, else pipeline. Each vLLM engine (data-parallel rank) holds its own CPU tier.
+    """
+
+    role: str
+    replicas: int
+    tensor: int | None
+    pipeline: int = 1
+    data: int = 1
+    data_local: int = 1
+    multi_node: bool = False
+    templates: tuple[str, ...] = ("template",)  # paths under spec, dotted
+
+    @property
+    def data_parallel(self) -> bool:
+        return self.data > 1 or self.data_local > 1
+
+    @property
+    def pods_per_replica(self) -> int:
+        if not self.multi_node:
+            return 1
+        if self.data_parallel:
+            return max(self.data // max(self.data_local, 1), 1)
+        return self.pipeline
+
+    @property
+    def engines_per_pod(self) -> int:
+        """vLLM engines (data-parallel ranks) in one pod."""
+        return max(self.data // self.pods_per_replica, 1) if self.data_parallel else 1
+
+    @property
+    def engines_per_replica(self) -> int:
+        return self.engines_per_pod * self.pods_per_replica if self.data_parallel else 1
+
+    @property
+    def stages_per_pod(self) -> int:
+        """Pipeline stages an engine spreads over pods: each pod holds 1/stages of its tier."""
+        return self.pipeline if self.multi_node and not self.data_parallel else 1
+
+
+@dataclass(frozen=True)
 class TargetFacts:
     """The model server as kvtier needs it for sizing."""
 
@@ -31,6 +78,7 @@ class TargetFacts:
     gpus_per_pod: int | None = None
     memory_request_bytes: int | None = None
     memory_limit_bytes: int | None = None
+    roles: tuple[RoleFacts, ...] = ()  # LLMInferenceService only
 
 
 def _get(obj: Mapping[str, Any], *path: str) -> Any:
@@ -137,18 +185,12 @@ def llm_inference_service_facts(obj: Mapping[str, Any]) -> TargetFacts:
     template = spec.get("template") or {}
     main = _container(template.get("containers"), "main")
     gpus, mem_req, mem_lim = _resources(main)
-    extra = [e for e in main.get("env") or [] if isinstance(e, Mapping)]
-    extra_args = next(
-        (str(e.get("value", "")) for e in extra if e.get("name") == "VLLM_ADDITIONAL_ARGS"), ""
-    )
-    try:
-        env_args = shlex.split(extra_args)
-    except ValueError:
-        env_args = []
-    tp = _int(_get(spec, "parallelism", "tensor")) or _int(
-        _flag(_args(main.get("args")) + env_args, TP_FLAGS)
-    )
+    tp = _int(_get(spec, "parallelism", "tensor")) or _flag_tp(main)
     model_name = _model_from_uri(_get(spec, "model", "uri")) or _get(spec, "model", "name")
+    roles = [_role("decode", spec, tp)]
+    prefill = spec.get("prefill")
+    if isinstance(prefill, Mapping):
+        roles.append(_role("prefill", prefill, tp))
     return TargetFacts(
         kind="LLMInferenceService",
         api_version=str(obj.get("apiVersion", "serving.kserve.io/v1alpha2")),
@@ -159,7 +201,55 @@ def llm_inference_service_facts(obj: Mapping[str, Any]) -> TargetFacts:
         gpus_per_pod=gpus,
         memory_request_bytes=mem_req,
         memory_limit_bytes=mem_lim,
+        roles=tuple(roles),
     )
+
+
+def _flag_tp(main: Mapping[str, Any]) -> int | None:
+    """--tensor-parallel-size from the container's args or VLLM_ADDITIONAL_ARGS."""
+    extra = [e for e in main.get("env") or [] if isinstance(e, Mapping)]
+    extra_args = next(
+        (str(e.get("value", "")) for e in extra if e.get("name") == "VLLM_ADDITIONAL_ARGS"), ""
+    )
+    try:
+        env_args = shlex.split(extra_args)
+    except ValueError:
+        env_args = []
+    return _int(_flag(_args(main.get("args")) + env_args, TP_FLAGS))
+
+
+def _role(name: str, spec: Mapping[str, Any], tp: int | None) -> RoleFacts:
+    """A role from its part of the spec (spec, or spec.prefill); KServe gives prefill its own
+    replicas and parallelism, falling back to nothing of decode's but the model."""
+    par = spec.get("parallelism")
+    par = par if isinstance(par, Mapping) else {}
+    worker = isinstance(spec.get("worker"), Mapping)
+    if name == "decode":
+        templates = ["template"]
+    else:
+        # KServe's prefill preset supplies the template when prefill names no pods itself.
+        has_template = isinstance(spec.get("template"), Mapping) or not worker
+        templates = ["prefill.template"] if has_template else []
+    if worker:
+        templates.append("worker" if name == "decode" else "prefill.worker")
+    return RoleFacts(
+        role=name,
+        replicas=max(_int(spec.get("replicas")) or 1, 1),
+        tensor=_int(par.get("tensor")) or (tp if name == "decode" else _prefill_tp(spec)),
+        pipeline=max(_int(par.get("pipeline")) or 1, 1),
+        data=max(_int(par.get("data")) or 1, 1),
+        data_local=max(_int(par.get("dataLocal")) or 1, 1),
+        multi_node=worker,
+        templates=tuple(templates),
+    )
+
+
+def _prefill_tp(prefill: Mapping[str, Any]) -> int | None:
+    """Prefill's tensor parallelism without spec.prefill.parallelism.tensor: a flag in its own
+    main container, else its GPU count."""
+    pods = prefill.get("template") or prefill.get("worker") or {}
+    main = _container(pods.get("containers") if isinstance(pods, Mapping) else None, "main")
+    return _flag_tp(main) or _resources(main)[0]
 
 
 def target_facts(obj: Mapping[str, Any]) -> TargetFacts:

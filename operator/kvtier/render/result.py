@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
+
 # Apply: server-side apply of `body`. Patch: the JSON patch `body["jsonPatch"]` (atomic lists
 # of foreign objects, guarded by test ops). Delete.
 Action = Literal["Apply", "Patch", "Delete"]
@@ -63,6 +65,8 @@ class RenderResult:
     writes: list[DesiredWrite] = field(default_factory=list)
     conflict: str | None = None
     notes: list[str] = field(default_factory=list)
+    # The router's CPU-tier scorer of an LLMInferenceService: in step, or why not.
+    scheduler: SchedulerSync | SchedulerProblem | None = None
 
     @property
     def summary(self) -> str:

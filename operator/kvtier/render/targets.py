@@ -49,6 +49,15 @@ from kvtier.names import FIELD_MANAGER
 from kvtier.render.naming import DSHM_VOLUME, KV_CACHE_VOLUME
 from kvtier.render.quantities import quantity_to_bytes, to_quantity
 from kvtier.render.result import DesiredWrite, RenderError
+from kvtier.render.roles import DECODE, PREFILL, RoleOffload
+from kvtier.render.scheduler import (
+    CAPACITY,
+    PLUGINS_PATH,
+    SchedulerProblem,
+    SchedulerSync,
+    restored_plugins,
+    scheduler_sync,
+)
 from kvtier.sizing.vllm import kv_transfer_config_arg
 
 APPLIED_ANNOTATION = "kvcache.io/applied"
@@ -80,7 +89,9 @@ class PerPodClaim:
 
 @dataclass(frozen=True)
 class Offload:
-    """What the model server needs for its tiers, from the sizing plan."""
+    """What the model server needs for its tiers, from the sizing plan. The top-level figures
+    are the decode role's (the only role of an InferenceService); `roles` lists every role
+    of an LLMInferenceService when known (else decode on spec.template alone)."""
 
     kv_transfer_config: Mapping[str, Any]
     cpu_bytes: int
@@ -91,10 +102,26 @@ class Offload:
     eviction_policy: str = "lru"
     mount_path: str = "/mnt/kv-cache"
     python_hash_seed: str | None = None  # set when replicas share a disk tier
+    roles: tuple[RoleOffload, ...] = ()
 
     @property
     def arg(self) -> str:
         return kv_transfer_config_arg(self.kv_transfer_config)
+
+    def role_offloads(self) -> tuple[RoleOffload, ...]:
+        if self.roles:
+            return self.roles
+        decode = RoleOffload(
+            "decode",
+            ("template",),
+            self.kv_transfer_config,
+            self.cpu_bytes,
+            self.pod_memory_bytes,
+            self.shm_bytes,
+            0,
+            self.cpu_bytes,
+        )
+        return (decode,)
 
 
 @dataclass(frozen=True)
@@ -153,6 +180,31 @@ def _volumes(target: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
     if target_version(target) == ISVC_V1BETA1:
         return _get(target, "spec", "predictor", "volumes") or []
     return _get(target, "spec", "template", "volumes") or []
+
+
+def template_path(template: str) -> list[str]:
+    """The JSON path of a pod template named by its dotted path under spec."""
+    return ["spec", *template.split(".")]
+
+
+def _main_at(target: Mapping[str, Any], template: str) -> Mapping[str, Any]:
+    if target_version(target) == ISVC_V1BETA1:
+        return _container(target)
+    return _by_key(_get(target, *template_path(template), "containers"), "name", MAIN_CONTAINER)
+
+
+def _volumes_at(target: Mapping[str, Any], template: str) -> Sequence[Mapping[str, Any]]:
+    if target_version(target) == ISVC_V1BETA1:
+        return _volumes(target)
+    return _get(target, *template_path(template), "volumes") or []
+
+
+def _record_at(applied: Mapping[str, Any], template: str) -> Mapping[str, Any]:
+    """The record of one pod template: spec.template's (and an InferenceService's) at the
+    top of kvtier's record, as before roles existed; the others under `pods`."""
+    if template == "template":
+        return applied
+    return _get(applied, "pods", template) or {}
 
 
 def _applied(target: Mapping[str, Any]) -> dict[str, Any]:
@@ -322,20 +374,29 @@ def _disk_volume(disk: SharedClaim | PerPodClaim) -> dict[str, Any]:
 
 
 def _pod_parts(
-    target: Mapping[str, Any], offload: Offload, *, mount_disk: bool
+    target: Mapping[str, Any],
+    offload: Offload,
+    *,
+    mount_disk: bool,
+    role: RoleOffload | None = None,
+    template: str = "template",
 ) -> _PodParts | Conflict:
-    container = _container(target)
-    volumes = _volumes(target)
-    applied = _applied(target)
+    """kvtier's fields for one pod template (spec.template or an InferenceService's predictor
+    unless `template` names another), sized for `role` (default: the decode figures)."""
+    container = _main_at(target, template)
+    volumes = _volumes_at(target, template)
+    applied = _record_at(_applied(target), template)
     parts = _PodParts()
+    pod_memory = role.pod_memory_bytes if role else offload.pod_memory_bytes
+    shm_bytes = role.shm_bytes if role else offload.shm_bytes
 
-    memory = memory_for(container.get("resources"), offload.pod_memory_bytes, applied)
+    memory = memory_for(container.get("resources"), pod_memory, applied)
     parts.container["resources"] = _resources(memory)
     parts.record.update(memory.record)
 
     mounts: list[dict[str, Any]] = []
-    if offload.shm_bytes is not None:  # the release keeps the tier in a /dev/shm file
-        shm = _shm(container, volumes, offload.shm_bytes, applied)
+    if shm_bytes is not None:  # the release keeps the tier in a /dev/shm file
+        shm = _shm(container, volumes, shm_bytes, applied)
         if isinstance(shm, Conflict):
             return shm
         parts.volumes.append(shm.volume)
@@ -355,7 +416,7 @@ def _pod_parts(
 
     # Replicas sharing one fs tier must hash prefixes alike. A user's own seed is kept; one
     # the record marks as kvtier's is kvtier's to update or drop.
-    seed = offload.python_hash_seed
+    seed = offload.python_hash_seed if role is None or role.role == DECODE else None
     if seed is not None and (_env(container, HASH_SEED_ENV) is None or applied.get("hashSeed")):
         parts.container["env"] = [{"name": HASH_SEED_ENV, "value": seed}]
         parts.record["hashSeed"] = True
@@ -569,35 +630,82 @@ def inference_service_patch(
     return [*lists, _write(target, body, summary)]
 
 
+def _pod_templates(target: Mapping[str, Any], offload: Offload) -> list[tuple[RoleOffload, str]]:
+    """(role, pod template) for every pod template that runs vLLM: spec.template always (as
+    before roles), the others when the target has them."""
+    out = []
+    for role in offload.role_offloads():
+        for template in role.templates:
+            if template == "template" or isinstance(
+                _get(target, *template_path(template)), Mapping
+            ):
+                out.append((role, template))
+    return out
+
+
+def _put_template(spec: dict[str, Any], template: str, value: dict[str, Any]) -> None:
+    node = spec
+    *parents, last = template.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[last] = value
+
+
+def _holder(template: str) -> str:
+    where = "" if template == "template" else f"spec.{template} "
+    return f"{where}container {MAIN_CONTAINER}"
+
+
+def _file_record(record: dict[str, Any], template: str, part: Mapping[str, Any]) -> None:
+    if template == "template":
+        record.update(part)
+    else:
+        record.setdefault("pods", {})[template] = dict(part)
+
+
 def llmisvc_v1alpha1_patch(
-    target: Mapping[str, Any], offload: Offload
+    target: Mapping[str, Any], offload: Offload, scheduler: Mapping[str, Any] | None = None
 ) -> list[DesiredWrite] | Conflict:
-    """llm-d LLMInferenceService in its v1alpha1 form: the flag appended to env
-    VLLM_ADDITIONAL_ARGS of the `main` container (JSON single-quoted), volumes in
-    spec.template.volumes (keyed by name). Also used for a v1alpha2 object that others
-    write as v1alpha1, where the native field would not survive."""
-    prepared = _flag_parts(target, offload, f"container {MAIN_CONTAINER}")
-    if isinstance(prepared, Conflict):
-        return prepared
-    container, own, parts = prepared
-    env = _env(container, ADDITIONAL_ARGS_ENV)
-    user_text, _ = _strip_own_text(str(env.get("value", "")) if env else "", own)
-    value = f"{user_text} {_own_suffix(offload.arg)}".lstrip()
-    main = {
-        "name": MAIN_CONTAINER,
-        **parts.container,
-        "env": [{"name": ADDITIONAL_ARGS_ENV, "value": value}, *parts.container.get("env", [])],
-    }
-    record = {
-        **parts.record,
-        "kvTransferConfig": offload.arg,
-        "additionalArgs": {"base": user_text if env else None},
-    }
+    """llm-d LLMInferenceService in its v1alpha1 form: in every pod template that runs vLLM,
+    the role's flag appended to env VLLM_ADDITIONAL_ARGS of the `main` container (JSON
+    single-quoted), volumes in the template's volumes (keyed by name). Also used for a
+    v1alpha2 object that others write as v1alpha1, where the native field would not survive."""
+    applied = _applied(target)
+    spec: dict[str, Any] = {}
+    record: dict[str, Any] = {}
+    for role, template in _pod_templates(target, offload):
+        container = _main_at(target, template)
+        rec = _record_at(applied, template)
+        own = rec.get("kvTransferConfig")
+        where = _conflict_in_container(container, own)
+        if where is not None:
+            return Conflict(f"{_holder(template)} already passes {KV_FLAG} in {where}")
+        parts = _pod_parts(
+            target, offload, mount_disk=role.role == DECODE, role=role, template=template
+        )
+        if isinstance(parts, Conflict):
+            return parts
+        env = _env(container, ADDITIONAL_ARGS_ENV)
+        user_text, _ = _strip_own_text(str(env.get("value", "")) if env else "", own)
+        value = f"{user_text} {_own_suffix(role.arg)}".lstrip()
+        main = {
+            "name": MAIN_CONTAINER,
+            **parts.container,
+            "env": [{"name": ADDITIONAL_ARGS_ENV, "value": value}, *parts.container.get("env", [])],
+        }
+        _put_template(spec, template, {"containers": [main], "volumes": parts.volumes})
+        # An env kvtier created holds only its flag: still no user value on a re-render.
+        created = _get(rec, "additionalArgs", "base") is None and "additionalArgs" in rec
+        base = user_text if env and not (created and not user_text) else None
+        part = {**parts.record, "kvTransferConfig": role.arg, "additionalArgs": {"base": base}}
+        _file_record(record, template, part)
+    if scheduler:
+        record["scheduler"] = dict(scheduler)
     body = {
         "apiVersion": LLMISVC_V1ALPHA1[0],
         "kind": LLMISVC_V1ALPHA1[1],
         "metadata": _metadata(target, record),
-        "spec": {"template": {"containers": [main], "volumes": parts.volumes}},
+        "spec": spec,
     }
     request = record["memoryRequest"]["applied"]
     return [_write(target, body, _summary(target, offload, ADDITIONAL_ARGS_ENV, request))]
@@ -609,38 +717,57 @@ def _native_secondary(disk: SharedClaim | PerPodClaim) -> dict[str, Any]:
     return {"fileSystem": {"pvc": {"spec": copy.deepcopy(dict(disk.spec))}}}
 
 
+# kvtier's record key for the native field of each role, and where the field lives.
+_NATIVE = {
+    DECODE: ("kvCacheOffloading", ("spec",)),
+    PREFILL: ("prefillKVCacheOffloading", ("spec", "prefill")),
+}
+
+
 def llmisvc_v1alpha2_patch(
-    target: Mapping[str, Any], offload: Offload
+    target: Mapping[str, Any], offload: Offload, scheduler: Mapping[str, Any] | None = None
 ) -> list[DesiredWrite] | Conflict:
-    """llm-d LLMInferenceService v1alpha2: the native spec.kvCacheOffloading (KServe writes
-    the flag and mounts the disk tier itself); kvtier adds memory, /dev/shm and the seed in
-    spec.template, which the native field does not cover."""
-    container = _container(target)
+    """llm-d LLMInferenceService v1alpha2: the native kvCacheOffloading of each role (spec and
+    spec.prefill: KServe writes the flag and mounts the disk tier itself, on leader and worker
+    pods); kvtier adds memory, /dev/shm and the seed in every pod template of the role, which
+    the native field does not cover. The disk tier serves decode; prefill has a CPU tier."""
     applied = _applied(target)
-    if _get(target, "spec", "kvCacheOffloading") is not None and not applied:
-        return Conflict("spec.kvCacheOffloading is already set by another manager")
-    where = _conflict_in_container(container, None)
-    if where is not None:
-        return Conflict(f"container {MAIN_CONTAINER} already passes {KV_FLAG} in {where}")
-    parts = _pod_parts(target, offload, mount_disk=False)
-    if isinstance(parts, Conflict):
-        return parts
-    native: dict[str, Any] = {
-        "cpu": to_quantity(offload.cpu_bytes),
-        "evictionPolicy": offload.eviction_policy,
-    }
-    if offload.disk is not None:
-        native["secondary"] = [_native_secondary(offload.disk)]
-    main = {"name": MAIN_CONTAINER, **parts.container}
-    record = {**parts.record, "kvCacheOffloading": True}
+    spec: dict[str, Any] = {}
+    record: dict[str, Any] = {}
+    for role in offload.role_offloads():
+        key, where = _NATIVE[role.role]
+        if _get(target, *where, "kvCacheOffloading") is not None and not applied.get(key):
+            return Conflict(
+                f"{'.'.join(where)}.kvCacheOffloading is already set by another manager"
+            )
+        native: dict[str, Any] = {
+            "cpu": to_quantity(role.cpu_bytes),
+            "evictionPolicy": offload.eviction_policy,
+        }
+        if offload.disk is not None and role.role == DECODE:
+            native["secondary"] = [_native_secondary(offload.disk)]
+        node = spec
+        for part_key in where[1:]:
+            node = node.setdefault(part_key, {})
+        node["kvCacheOffloading"] = native
+        record[key] = True
+    for role, template in _pod_templates(target, offload):
+        found = _conflict_in_container(_main_at(target, template), None)
+        if found is not None:
+            return Conflict(f"{_holder(template)} already passes {KV_FLAG} in {found}")
+        parts = _pod_parts(target, offload, mount_disk=False, role=role, template=template)
+        if isinstance(parts, Conflict):
+            return parts
+        main = {"name": MAIN_CONTAINER, **parts.container}
+        _put_template(spec, template, {"containers": [main], "volumes": parts.volumes})
+        _file_record(record, template, parts.record)
+    if scheduler:
+        record["scheduler"] = dict(scheduler)
     body = {
         "apiVersion": LLMISVC_V1ALPHA2[0],
         "kind": LLMISVC_V1ALPHA2[1],
         "metadata": _metadata(target, record),
-        "spec": {
-            "kvCacheOffloading": native,
-            "template": {"containers": [main], "volumes": parts.volumes},
-        },
+        "spec": spec,
     }
     request = record["memoryRequest"]["applied"]
     summary = _summary(target, offload, "spec.kvCacheOffloading", request)
@@ -656,16 +783,45 @@ def llmisvc_form(target: Mapping[str, Any]) -> tuple[str, str]:
     return version
 
 
-def target_patch(target: Mapping[str, Any], offload: Offload) -> list[DesiredWrite] | Conflict:
+def llmisvc_scheduler(
+    target: Mapping[str, Any], offload: Offload
+) -> SchedulerSync | SchedulerProblem | None:
+    """The scheduler's CPU-tier scorer for an LLMInferenceService target (render/scheduler.py);
+    None for other kinds or when no CPU-tier scorer is enabled."""
+    if target_version(target) == ISVC_V1BETA1:
+        return None
+    return scheduler_sync(target, offload.role_offloads(), _applied(target))
+
+
+def target_patch(
+    target: Mapping[str, Any],
+    offload: Offload,
+    scheduler: SchedulerSync | SchedulerProblem | None = None,
+) -> list[DesiredWrite] | Conflict:
     """The writes for any supported target kind (a JSON patch of atomic lists, if any, then
-    the apply), or a Conflict. RenderError when the target's schema makes any write unsafe."""
+    the apply, then the scheduler's plugins list when `scheduler` syncs it), or a Conflict.
+    RenderError when the target's schema makes any write unsafe.
+
+    The apply carries kvtier's record of the scheduler's user values before the patch
+    changes them, so a patch that fails leaves nothing unrecorded."""
     version = target_version(target)
     _refuse_atomic_spec(target)
     if version == ISVC_V1BETA1:
         return inference_service_patch(target, offload)
+    sync = scheduler if isinstance(scheduler, SchedulerSync) else None
+    record = sync.record if sync else None
     if llmisvc_form(target) == LLMISVC_V1ALPHA1:
-        return llmisvc_v1alpha1_patch(target, offload)
-    return llmisvc_v1alpha2_patch(target, offload)
+        writes = llmisvc_v1alpha1_patch(target, offload, record)
+    else:
+        writes = llmisvc_v1alpha2_patch(target, offload, record)
+    if isinstance(writes, Conflict) or sync is None:
+        return writes
+    ops = list_ops(target, PLUGINS_PATH, sync.plugins)
+    summary = (
+        f"scheduler plugin {sync.plugin}: {CAPACITY} {sync.capacity} (blocks of "
+        f"{sync.block_size_tokens} tokens), autoTune false, beside the user's plugins"
+    )
+    return [*writes, *_json_patch(target, ops, summary)]
 
 
 def _value_ops(
@@ -720,30 +876,33 @@ def _item_ops(
     return ops
 
 
-def _container_path(target: Mapping[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
-    """The JSON path of the vLLM container, and the ops that check it is still there."""
+def _container_path(
+    target: Mapping[str, Any], template: str
+) -> tuple[list[str], list[dict[str, Any]]] | None:
+    """The JSON path of the vLLM container in a pod template, and the ops that check it is
+    still there; None when the template has no `main` container any more."""
     if target_version(target) == ISVC_V1BETA1:
         return list(_ISVC_ARGS[:-1]), []
-    containers = _get(target, "spec", "template", "containers") or []
-    index = next(i for i, c in enumerate(containers) if c.get("name") == MAIN_CONTAINER)
-    path = ["spec", "template", "containers", str(index)]
+    path = template_path(template)
+    containers = _get(target, *path, "containers") or []
+    index = next((i for i, c in enumerate(containers) if c.get("name") == MAIN_CONTAINER), None)
+    if index is None:
+        return None
+    path = [*path, "containers", str(index)]
     return path, [{"op": "test", "path": _pointer([*path, "name"]), "value": MAIN_CONTAINER}]
 
 
-def unapply_writes(target: Mapping[str, Any]) -> list[DesiredWrite]:
-    """What takes kvtier's fields back: one JSON patch, all or nothing, guarded by tests of
-    the values read, that removes kvtier's items and record and puts back the user's own
-    values kvtier had overwritten (memory, /dev/shm size, VLLM_ADDITIONAL_ARGS, args).
-
-    Not an apply: a field someone else also applies (Argo CD carrying the live value of an
-    ignored field into its sync makes it a co-owner) would survive the loss of kvtier's
-    ownership. [] when kvtier left nothing on the target."""
-    applied = _applied(target)
-    if not applied and APPLIED_ANNOTATION not in (_get(target, "metadata", "annotations") or {}):
-        return []
+def _pod_unapply_ops(
+    target: Mapping[str, Any], template: str, applied: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """Ops that take kvtier's fields out of one pod template and give the user's values back."""
     isvc = target_version(target) == ISVC_V1BETA1
-    container = _container(target)
-    path, ops = _container_path(target)
+    located = _container_path(target, template)
+    if located is None:
+        return []
+    container = _main_at(target, template)
+    path, ops = located
+    ops = list(ops)
     ops += _item_ops(target, [*path, "volumeMounts"], "name", _OWN_VOLUMES)
     own_env = {HASH_SEED_ENV} if applied.get("hashSeed") else set()
     if "additionalArgs" in applied and not isvc:
@@ -759,9 +918,9 @@ def unapply_writes(target: Mapping[str, Any]) -> list[DesiredWrite]:
         if key in applied:
             where = [*path, "resources", section, "memory"]
             ops += _value_ops(target, where, _get(applied, key, "base"), floor=len(path) + 1)
-    volumes_path = list(_ISVC_VOLUMES) if isvc else ["spec", "template", "volumes"]
+    volumes_path = list(_ISVC_VOLUMES) if isvc else [*template_path(template), "volumes"]
     shm = _get(applied, "shm", "volume")
-    for i, volume in enumerate(_volumes(target)):
+    for i, volume in enumerate(_volumes_at(target, template)):
         if shm is not None and volume.get("name") == shm:
             where = [*volumes_path, str(i), "emptyDir", "sizeLimit"]
             ops += _value_ops(target, where, _get(applied, "shm", "base"))
@@ -770,8 +929,33 @@ def unapply_writes(target: Mapping[str, Any]) -> list[DesiredWrite]:
         ops += list_ops(target, _ISVC_ARGS, user_args)
     # Volumes last: nothing mounts them any more once the ops above went through.
     ops += _item_ops(target, volumes_path, "name", _OWN_VOLUMES)
-    if applied.get("kvCacheOffloading") and _get(target, "spec", "kvCacheOffloading"):
-        ops += _value_ops(target, ["spec", "kvCacheOffloading"], None)
+    return ops
+
+
+def unapply_writes(target: Mapping[str, Any]) -> list[DesiredWrite]:
+    """What takes kvtier's fields back: one JSON patch, all or nothing, guarded by tests of
+    the values read, that removes kvtier's items and record from every pod template it
+    patched and puts back the user's own values kvtier had overwritten (memory, /dev/shm
+    size, VLLM_ADDITIONAL_ARGS, args, the scheduler's CPU-tier scorer parameters).
+
+    Not an apply: a field someone else also applies (Argo CD carrying the live value of an
+    ignored field into its sync makes it a co-owner) would survive the loss of kvtier's
+    ownership. [] when kvtier left nothing on the target."""
+    applied = _applied(target)
+    if not applied and APPLIED_ANNOTATION not in (_get(target, "metadata", "annotations") or {}):
+        return []
+    pods = applied.get("pods")
+    others = list(pods) if isinstance(pods, Mapping) else []
+    ops: list[dict[str, Any]] = []
+    for template in ("template", *others):
+        ops += _pod_unapply_ops(target, template, _record_at(applied, template))
+    for key, where in _NATIVE.values():
+        if applied.get(key) and _get(target, *where, "kvCacheOffloading") is not None:
+            ops += _value_ops(target, [*where, "kvCacheOffloading"], None)
+    saved = applied.get("scheduler")
+    plugins = restored_plugins(target, saved) if isinstance(saved, Mapping) else None
+    if plugins is not None:
+        ops += list_ops(target, PLUGINS_PATH, plugins)
     ops += _value_ops(target, ["metadata", "annotations", APPLIED_ANNOTATION], None, floor=2)
     return _json_patch(
         target,

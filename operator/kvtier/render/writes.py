@@ -30,7 +30,15 @@ from kvtier.render.nvme import (
     nvme_volumes,
 )
 from kvtier.render.result import DesiredWrite, RenderError, RenderResult
-from kvtier.render.targets import Conflict, Offload, PerPodClaim, SharedClaim, target_patch
+from kvtier.render.roles import RoleOffload
+from kvtier.render.targets import (
+    Conflict,
+    Offload,
+    PerPodClaim,
+    SharedClaim,
+    llmisvc_scheduler,
+    target_patch,
+)
 from kvtier.sizing import SizingPlan
 
 
@@ -42,10 +50,12 @@ def render_writes(
     target: Mapping[str, Any],
     nodes: Sequence[Mapping[str, Any]],
     replicas: int,
+    roles: Sequence[RoleOffload] = (),
 ) -> RenderResult:
     """The writes for the tier's chosen topology, or a conflict when the target already has
     an offload config kvtier did not write. RenderError when the inputs cannot work (no NVMe
-    pool or eligible node, a size above the pool's, an unsupported target or disk type)."""
+    pool or eligible node, a size above the pool's, an unsupported target or disk type).
+    `roles`: what each role of an LLMInferenceService needs (policy/roles.py)."""
     writes: list[DesiredWrite] = []
     notes: list[str] = []
     disk_spec = spec.disk
@@ -108,11 +118,13 @@ def render_writes(
         eviction_policy=sizing.input.eviction_policy,
         mount_path=sizing.input.fs_root_dir,
         python_hash_seed=seed,
+        roles=tuple(roles),
     )
-    patch = target_patch(target, offload)
+    scheduler = llmisvc_scheduler(target, offload)
+    patch = target_patch(target, offload, scheduler)
     if isinstance(patch, Conflict):
         return RenderResult(conflict=patch.message)
-    return RenderResult(writes=[*writes, *patch], notes=notes)
+    return RenderResult(writes=[*writes, *patch], notes=notes, scheduler=scheduler)
 
 
 def prune_writes(

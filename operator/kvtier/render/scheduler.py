@@ -1,0 +1,239 @@
+"""The router's view of the CPU tier: the llm-d inference scheduler's CPU-tier prefix scorer.
+
+llm-d's scheduler (the endpoint picker) keeps, per endpoint, an LRU index of the prefix
+blocks it routed there. For the CPU tier its guide configures a second `prefix-cache-scorer`
+named `cpu-prefix-cache-scorer` with `autoTune: false` (vLLM reports no CPU-tier capacity to
+tune from) and `lruCapacityPerServer` set by hand, in blocks of the scorer's
+`blockSizeTokens` (16 when unset). kvtier knows that capacity exactly: the CPU tier behind one
+endpoint divided by the bytes of one scorer block.
+
+The format pinned here (docs/llm-d.md): an EndpointPickerConfig of
+`inference.networking.x-k8s.io/v1alpha1` inline in an LLMInferenceService's
+`spec.router.scheduler.config.inline` (KServe v0.20 passes it to the picker as
+`--config-text`), with the scorer's parameters of gateway-api-inference-extension v1.4 to
+v1.6 and llm-d-inference-scheduler v0.8. Anything else (another apiVersion or kind, an
+unknown parameter, the character-based `blockSize` of older releases) is reported, never
+guessed at; a config in a ConfigMap (`config.ref`) is reported with the value to set there.
+
+`inline` preserves unknown fields, so its `plugins` list is atomic: kvtier sets it to the
+list it read with only the CPU scorer's two parameters changed, by a JSON patch guarded by a
+test of the list read (render/targets.py); the user's values are kept in kvtier's record and
+given back with the tier.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kvtier.render.roles import DECODE, PREFILL, RoleOffload
+
+CONFIG_PATH = ("spec", "router", "scheduler", "config")
+PLUGINS_PATH = (*CONFIG_PATH, "inline", "plugins")
+CONFIG_API = ("inference.networking.x-k8s.io/v1alpha1", "EndpointPickerConfig")
+SCORER_TYPE = "prefix-cache-scorer"
+CPU_SCORER = "cpu-prefix-cache-scorer"
+CAPACITY = "lruCapacityPerServer"
+AUTO_TUNE = "autoTune"
+BLOCK_TOKENS = "blockSizeTokens"
+DEFAULT_BLOCK_TOKENS = 16
+KNOWN_PARAMETERS = frozenset(
+    {
+        AUTO_TUNE,
+        BLOCK_TOKENS,
+        "blockSize",
+        "maxPrefixBlocksToMatch",
+        "maxPrefixTokensToMatch",
+        CAPACITY,
+    }
+)
+UNKNOWN_CONFIG_REASON = "SchedulerConfigUnknown"
+CONFIG_REF_REASON = "SchedulerConfigRef"
+
+
+@dataclass(frozen=True)
+class SchedulerSync:
+    """The CPU scorer in step with the tier: its plugins list as kvtier writes it."""
+
+    plugin: str
+    block_size_tokens: int
+    capacity: int  # lruCapacityPerServer, blocks per endpoint
+    roles: tuple[str, ...]  # the roles whose scheduling profiles use the scorer
+    plugins: list[dict[str, Any]]
+    record: dict[str, Any]  # the user's values, for kvtier's record
+
+    def status(self) -> dict[str, Any]:
+        """status.plan.scheduler."""
+        return {
+            "plugin": self.plugin,
+            "blockSizeTokens": self.block_size_tokens,
+            "lruCapacityPerServer": self.capacity,
+            "roles": list(self.roles),
+        }
+
+
+@dataclass(frozen=True)
+class SchedulerProblem:
+    """A scheduler config kvtier does not write: the reason and what to do."""
+
+    reason: str
+    message: str
+
+
+def _at(obj: Any, path: Sequence[str]) -> Any:
+    for key in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _user_value(current: Any, record: Any) -> Any:
+    """The user's value: the recorded base while the field holds what kvtier wrote."""
+    if isinstance(record, Mapping) and current == record.get("applied"):
+        return record.get("base")
+    return current
+
+
+def _served_roles(config: Mapping[str, Any], name: str, roles: Sequence[str]) -> list[str]:
+    """The roles whose scheduling profile references the plugin: a profile named `prefill`
+    picks prefill endpoints (KServe's P/D config), any other decode ones."""
+    served: list[str] = []
+    for profile in config.get("schedulingProfiles") or []:
+        if not isinstance(profile, Mapping):
+            continue
+        refs = [p.get("pluginRef") for p in profile.get("plugins") or [] if isinstance(p, Mapping)]
+        if name not in refs:
+            continue
+        role = PREFILL if profile.get("name") == PREFILL and PREFILL in roles else DECODE
+        if role not in served:
+            served.append(role)
+    return served
+
+
+def scheduler_sync(
+    target: Mapping[str, Any], roles: Sequence[RoleOffload], record: Mapping[str, Any]
+) -> SchedulerSync | SchedulerProblem | None:
+    """The CPU scorer's capacity from the tier, a problem, or None when the target's
+    scheduler config enables no CPU-tier prefix scorer. `record` is kvtier's record on the
+    target (its `scheduler` entry holds the user's values)."""
+    config = _at(target, CONFIG_PATH)
+    if not isinstance(config, Mapping):
+        return None
+    ref = config.get("ref")
+    inline = config.get("inline")
+    if not isinstance(inline, Mapping):
+        if isinstance(ref, Mapping) and roles:
+            count = blocks(
+                roles[0].endpoint_cpu_bytes, roles[0].bytes_per_token, DEFAULT_BLOCK_TOKENS
+            )
+            return SchedulerProblem(
+                CONFIG_REF_REASON,
+                f"spec.router.scheduler.config.ref: the scheduler config is in ConfigMap "
+                f"{ref.get('name')} (key {ref.get('key') or 'epp'}), which kvtier does not "
+                f"write; if it has a {CPU_SCORER}, set its {AUTO_TUNE}: false and {CAPACITY}: "
+                f"{count} (blocks of {DEFAULT_BLOCK_TOKENS} tokens; scale by 16 / "
+                f"{BLOCK_TOKENS} if it sets another)",
+            )
+        return None
+    plugins = inline.get("plugins")
+    index = next(
+        (
+            i
+            for i, p in enumerate(plugins if isinstance(plugins, list) else [])
+            if isinstance(p, Mapping) and p.get("name") == CPU_SCORER
+        ),
+        None,
+    )
+    if index is None or not isinstance(plugins, list):
+        return None
+    where = f"spec.router.scheduler.config.inline plugin {CPU_SCORER}"
+    version = (inline.get("apiVersion"), inline.get("kind"))
+    if version != CONFIG_API:
+        return SchedulerProblem(
+            UNKNOWN_CONFIG_REASON,
+            f"spec.router.scheduler.config.inline: {version[1]} {version[0]} is not a scheduler "
+            f"config kvtier knows ({CONFIG_API[1]} {CONFIG_API[0]}); kvtier leaves it alone",
+        )
+    plugin = plugins[index]
+    params = plugin.get("parameters") or {}
+    unknown = sorted(set(params) - KNOWN_PARAMETERS) if isinstance(params, Mapping) else []
+    problem = None
+    if plugin.get("type") != SCORER_TYPE:
+        problem = f"has type {plugin.get('type')!r}, not {SCORER_TYPE}"
+    elif not isinstance(params, Mapping):
+        problem = "has parameters that are not a map"
+    elif unknown:
+        problem = f"has parameters kvtier does not know: {', '.join(unknown)}"
+    elif "blockSize" in params and BLOCK_TOKENS not in params:
+        problem = "sets only blockSize, a size in characters from older releases"
+    if problem is not None:
+        return SchedulerProblem(UNKNOWN_CONFIG_REASON, f"{where} {problem}; kvtier leaves it alone")
+    block_tokens = params.get(BLOCK_TOKENS) or DEFAULT_BLOCK_TOKENS
+    if not isinstance(block_tokens, int) or isinstance(block_tokens, bool) or block_tokens < 1:
+        return SchedulerProblem(
+            UNKNOWN_CONFIG_REASON, f"{where}: {BLOCK_TOKENS} {block_tokens!r} is not a block size"
+        )
+    by_role = {r.role: r for r in roles}
+    served = _served_roles(inline, CPU_SCORER, list(by_role))
+    if not served or not by_role:
+        return None  # declared but in no scheduling profile: not enabled
+    # One index size serves every endpoint the scorer picks from: the smallest CPU tier among
+    # them, so the index never promises blocks an endpoint cannot hold.
+    capacity = min(
+        blocks(by_role[r].endpoint_cpu_bytes, by_role[r].bytes_per_token, block_tokens)
+        for r in served
+    )
+    own = _at(record, ("scheduler",)) or {}
+    user = {key: _user_value(params.get(key), own.get(key)) for key in (CAPACITY, AUTO_TUNE)}
+    new_params = {**params, CAPACITY: max(capacity, 1), AUTO_TUNE: False}
+    new_plugins = copy.deepcopy(plugins)
+    new_plugins[index] = {**plugin, "parameters": new_params}
+    saved = {
+        "plugin": CPU_SCORER,
+        # Whether the user's plugin had a parameters map at all (kvtier's record says once it
+        # has written one).
+        "parameters": own.get("parameters", "parameters" in plugin),
+        **{k: {"base": user[k], "applied": new_params[k]} for k in (CAPACITY, AUTO_TUNE)},
+    }
+    return SchedulerSync(
+        CPU_SCORER, block_tokens, max(capacity, 1), tuple(served), new_plugins, saved
+    )
+
+
+def restored_plugins(target: Mapping[str, Any], saved: Mapping[str, Any]) -> list[Any] | None:
+    """The plugins list with the user's values back where it still holds kvtier's; None when
+    there is nothing to give back."""
+    plugins = _at(target, PLUGINS_PATH)
+    name = saved.get("plugin")
+    if not isinstance(plugins, list):
+        return None
+    out = copy.deepcopy(plugins)
+    changed = False
+    for plugin in out:
+        if not isinstance(plugin, dict) or plugin.get("name") != name:
+            continue
+        params = plugin.get("parameters")
+        if not isinstance(params, dict):
+            continue
+        for key in (CAPACITY, AUTO_TUNE):
+            entry = saved.get(key)
+            if not isinstance(entry, Mapping) or key not in params:
+                continue
+            if params[key] != entry.get("applied"):
+                continue  # changed since: the user's now
+            changed = True
+            if entry.get("base") is None:
+                del params[key]
+            else:
+                params[key] = entry["base"]
+        if not params and not saved.get("parameters", True):
+            del plugin["parameters"]
+    return out if changed else None
+
+
+def blocks(cpu_bytes: int, bytes_per_token: int, block_tokens: int) -> int:
+    """Whole blocks of `block_tokens` tokens in a CPU tier (0 when the size is unknown)."""
+    return cpu_bytes // (block_tokens * bytes_per_token) if bytes_per_token > 0 else 0

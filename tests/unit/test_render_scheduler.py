@@ -1,0 +1,227 @@
+"""The llm-d scheduler's CPU-tier prefix scorer kept in step with the tier: its capacity in the
+scorer's blocks, the user's other plugins untouched, unknown formats reported, and the user's
+values given back with the tier."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from kvtier.render.roles import RoleOffload
+from kvtier.render.scheduler import (
+    CONFIG_REF_REASON,
+    CPU_SCORER,
+    UNKNOWN_CONFIG_REASON,
+    SchedulerProblem,
+    SchedulerSync,
+    scheduler_sync,
+)
+from kvtier.render.targets import (
+    APPLIED_ANNOTATION,
+    Offload,
+    llmisvc_scheduler,
+    target_patch,
+    unapply_writes,
+)
+
+GiB = 1 << 30
+PER_TOKEN = 262_144  # Qwen3-32B, 16-bit KV, whole server
+CONFIG = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both"}
+
+
+def _role(role: str, cpu: int, templates: tuple[str, ...] = ("template",)) -> RoleOffload:
+    return RoleOffload(role, templates, CONFIG, cpu, 2 * cpu, cpu, PER_TOKEN, cpu)
+
+
+DECODE = _role("decode", 100 * GiB)
+PREFILL = _role("prefill", 40 * GiB, ("prefill.template",))
+
+
+def epp_config(parameters: dict[str, Any] | None = None, pd: bool = False) -> dict[str, Any]:
+    """llm-d's tiered-prefix-cache EndpointPickerConfig: a GPU and a CPU prefix scorer."""
+    cpu: dict[str, Any] = {"type": "prefix-cache-scorer", "name": CPU_SCORER}
+    cpu["parameters"] = (
+        {"autoTune": False, "lruCapacityPerServer": 41000} if parameters is None else parameters
+    )
+    profile = [
+        {"pluginRef": "queue-scorer", "weight": 2},
+        {"pluginRef": "gpu-prefix-cache-scorer", "weight": 1},
+        {"pluginRef": CPU_SCORER, "weight": 1},
+    ]
+    profiles = [{"name": "default", "plugins": profile}]
+    if pd:
+        profiles = [{"name": "prefill", "plugins": profile}, {"name": "decode", "plugins": profile}]
+    return {
+        "apiVersion": "inference.networking.x-k8s.io/v1alpha1",
+        "kind": "EndpointPickerConfig",
+        "plugins": [
+            {"type": "queue-scorer"},
+            {"type": "prefix-cache-scorer", "name": "gpu-prefix-cache-scorer"},
+            cpu,
+        ],
+        "schedulingProfiles": profiles,
+    }
+
+
+def target(config: dict[str, Any] | None = None, pd: bool = False) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "model": {"uri": "hf://Qwen/Qwen3-32B"},
+        "template": {"containers": [{"name": "main", "image": "vllm"}]},
+        "router": {"scheduler": {"config": {"inline": config or epp_config(pd=pd)}}},
+    }
+    if pd:
+        spec["prefill"] = {"template": {"containers": [{"name": "main", "image": "vllm"}]}}
+    return {
+        "apiVersion": "serving.kserve.io/v1alpha2",
+        "kind": "LLMInferenceService",
+        "metadata": {"name": "qwen", "namespace": "llm"},
+        "spec": spec,
+    }
+
+
+def _offload(*roles: RoleOffload) -> Offload:
+    return Offload(CONFIG, DECODE.cpu_bytes, 2 * DECODE.cpu_bytes, DECODE.cpu_bytes, roles=roles)
+
+
+def _cpu_plugin(obj: dict[str, Any]) -> dict[str, Any]:
+    plugins = obj["spec"]["router"]["scheduler"]["config"]["inline"]["plugins"]
+    found: dict[str, Any] = next(p for p in plugins if p.get("name") == CPU_SCORER)
+    return found
+
+
+def _apply(obj: dict[str, Any], offload: Offload) -> dict[str, Any]:
+    """The target after kvtier's writes: the record of the apply, then the JSON patch."""
+    writes = target_patch(obj, offload, llmisvc_scheduler(obj, offload))
+    assert isinstance(writes, list)
+    out = copy.deepcopy(obj)
+    for w in writes:
+        if w.action == "Patch":
+            out = jsonpatch.apply_patch(out, w.body["jsonPatch"])
+        else:
+            annotations = w.body["metadata"]["annotations"]
+            out["metadata"].setdefault("annotations", {}).update(annotations)
+    return out
+
+
+def test_capacity_is_the_tiers_blocks_in_the_scorers_unit() -> None:
+    sync = scheduler_sync(target(), [DECODE], {})
+    assert isinstance(sync, SchedulerSync)
+    assert sync.capacity == 100 * GiB // (16 * PER_TOKEN) == 25600
+    assert sync.status() == {
+        "plugin": CPU_SCORER,
+        "blockSizeTokens": 16,
+        "lruCapacityPerServer": 25600,
+        "roles": ["decode"],
+    }
+    # A scorer that hashes 64-token blocks indexes a quarter as many.
+    coarse = target(epp_config({"blockSizeTokens": 64, "lruCapacityPerServer": 1}))
+    sync = scheduler_sync(coarse, [DECODE], {})
+    assert isinstance(sync, SchedulerSync) and sync.capacity == 6400
+
+
+def test_the_patch_changes_only_the_cpu_scorers_two_parameters() -> None:
+    before = target()
+    after = _apply(before, _offload(DECODE))
+    plugins = after["spec"]["router"]["scheduler"]["config"]["inline"]["plugins"]
+    original = before["spec"]["router"]["scheduler"]["config"]["inline"]["plugins"]
+    assert plugins[:2] == original[:2]
+    assert _cpu_plugin(after)["parameters"] == {"autoTune": False, "lruCapacityPerServer": 25600}
+    record = json.loads(after["metadata"]["annotations"][APPLIED_ANNOTATION])
+    assert record["scheduler"]["lruCapacityPerServer"] == {"base": 41000, "applied": 25600}
+    # In step: a re-render writes no patch, and keeps the user's recorded value.
+    writes = target_patch(after, _offload(DECODE), llmisvc_scheduler(after, _offload(DECODE)))
+    assert isinstance(writes, list) and [w.action for w in writes] == ["Apply"]
+    again = json.loads(writes[0].body["metadata"]["annotations"][APPLIED_ANNOTATION])
+    assert again["scheduler"] == record["scheduler"]
+
+
+def test_the_patch_is_guarded_by_the_list_read() -> None:
+    obj = target()
+    writes = target_patch(obj, _offload(DECODE), llmisvc_scheduler(obj, _offload(DECODE)))
+    assert isinstance(writes, list)
+    ops = writes[-1].body["jsonPatch"]
+    assert ops[0]["op"] == "test" and ops[0]["path"].endswith("/inline/plugins")
+    raced = copy.deepcopy(obj)
+    raced["spec"]["router"]["scheduler"]["config"]["inline"]["plugins"].append({"type": "x"})
+    with pytest.raises(jsonpatch.JsonPatchTestFailed):
+        jsonpatch.apply_patch(raced, ops)
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [{"autoTune": True, "lruCapacityPerServer": 41000}, {"maxPrefixBlocksToMatch": 512}, None],
+)
+def test_unapply_gives_the_users_parameters_back(parameters: dict[str, Any] | None) -> None:
+    before = target(epp_config(parameters or {}))
+    if parameters is None:
+        del _cpu_plugin(before)["parameters"]
+    after = _apply(before, _offload(DECODE))
+    assert _cpu_plugin(after)["parameters"]["autoTune"] is False
+    undo = unapply_writes(after)
+    assert jsonpatch.apply_patch(after, undo[0].body["jsonPatch"]) == before
+
+
+def test_prefill_and_decode_share_one_index_the_smaller_tier_sizes_it() -> None:
+    sync = scheduler_sync(target(pd=True), [DECODE, PREFILL], {})
+    assert isinstance(sync, SchedulerSync)
+    assert sync.roles == ("prefill", "decode")
+    assert sync.capacity == 40 * GiB // (16 * PER_TOKEN)
+    only_decode = epp_config(pd=True)
+    only_decode["schedulingProfiles"][0]["plugins"] = [{"pluginRef": "queue-scorer"}]
+    sync = scheduler_sync(target(only_decode, pd=True), [DECODE, PREFILL], {})
+    assert isinstance(sync, SchedulerSync)
+    assert (sync.roles, sync.capacity) == (("decode",), 25600)
+
+
+def test_nothing_to_sync_without_an_enabled_cpu_scorer() -> None:
+    no_cpu = epp_config()
+    no_cpu["plugins"] = no_cpu["plugins"][:2]
+    assert scheduler_sync(target(no_cpu), [DECODE], {}) is None
+    unused = epp_config()
+    unused["schedulingProfiles"][0]["plugins"] = unused["schedulingProfiles"][0]["plugins"][:2]
+    assert scheduler_sync(target(unused), [DECODE], {}) is None
+    bare = target()
+    del bare["spec"]["router"]
+    assert scheduler_sync(bare, [DECODE], {}) is None
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"apiVersion": "inference.networking.x-k8s.io/v2"}, "is not a scheduler config"),
+        ({"parameters": {"lruCapacityPerServer": 1, "tierWeights": [1]}}, "tierWeights"),
+        ({"parameters": {"blockSize": 64}}, "characters"),
+        ({"type": "approx-prefix-cache-producer"}, "approx-prefix-cache-producer"),
+        ({"parameters": {"blockSizeTokens": "16"}}, "is not a block size"),
+    ],
+)
+def test_an_unknown_format_is_reported_and_left_alone(change: dict[str, Any], words: str) -> None:
+    config = epp_config()
+    if "apiVersion" in change:
+        config.update(change)
+    else:
+        config["plugins"][2].update(change)
+    obj = target(config)
+    result = scheduler_sync(obj, [DECODE], {})
+    assert isinstance(result, SchedulerProblem) and result.reason == UNKNOWN_CONFIG_REASON
+    assert words in result.message
+    writes = target_patch(obj, _offload(DECODE), result)
+    assert isinstance(writes, list) and [w.action for w in writes] == ["Apply"]
+    assert "scheduler" not in writes[0].body["metadata"]["annotations"][APPLIED_ANNOTATION]
+
+
+def test_a_config_in_a_configmap_is_reported_with_the_value_to_set() -> None:
+    obj = target()
+    obj["spec"]["router"]["scheduler"]["config"] = {"ref": {"name": "epp", "key": "cfg"}}
+    result = scheduler_sync(obj, [DECODE], {})
+    assert isinstance(result, SchedulerProblem) and result.reason == CONFIG_REF_REASON
+    assert "ConfigMap epp (key cfg)" in result.message and "25600" in result.message
+
+
+def test_inference_service_has_no_scheduler() -> None:
+    isvc = {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService", "spec": {}}
+    assert llmisvc_scheduler(isvc, _offload(DECODE)) is None
