@@ -66,6 +66,8 @@ MANIFEST_FILES = {
     "CustomResourceDefinition": "crds.yaml",
     "Deployment": "operator.yaml",
     "Service": "operator.yaml",
+    "NetworkPolicy": "operator.yaml",
+    "PodDisruptionBudget": "operator.yaml",
 }
 KUSTOMIZE_ORDER = ("crds.yaml", "rbac.yaml", "operator.yaml")
 FILE_NOTES = {
@@ -73,7 +75,7 @@ FILE_NOTES = {
     "# The rules live in charts/kvtier-operator/templates/_helpers.tpl; the local control\n"
     "# plane applies this file at start.\n",
     "crds.yaml": "# The CRDs of deploy/crds, kept on uninstall (helm.sh/resource-policy: keep).\n",
-    "operator.yaml": "# The operator Deployment and its metrics Service.\n",
+    "operator.yaml": "# The operator Deployment, its metrics Service and its NetworkPolicy.\n",
     "kustomization.yaml": "# `oc apply -k deploy/manifests` installs kvtier.\n",
 }
 
@@ -453,10 +455,11 @@ def alm_examples() -> str:
     return json.dumps(examples, indent=2)
 
 
-def _one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    found = [d for d in docs if d["kind"] == kind]
+def _one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and name in (None, d["metadata"].get("name"))]
     if len(found) != 1:
-        raise RenderError(f"expected one {kind} in the rendered chart, found {len(found)}")
+        what = f"{kind} {name}" if name else kind
+        raise RenderError(f"expected one {what} in the rendered chart, found {len(found)}")
     return found[0]
 
 
@@ -470,7 +473,8 @@ def feature_annotations(image: str) -> dict[str, str]:
         "fips-compliant": False,
         # No egress beyond the API server and nothing reads HTTP(S)_PROXY on purpose.
         "proxy-aware": False,
-        # kvtier serves no TLS (metrics are plain HTTP), so no cluster TLS profile applies.
+        # /metrics is HTTPS with the service CA's certificate, but its TLS settings are
+        # kvtier's own (TLS 1.2+), not read from the cluster's APIServer TLS profile.
         "tls-profiles": False,
         # No cloud credentials at all.
         "token-auth-aws": False,
@@ -537,7 +541,7 @@ def csv_document(docs: list[dict[str, Any]], chart: dict[str, Any]) -> dict[str,
                     "mediatype": "image/svg+xml",
                 }
             ],
-            "maintainers": [{"name": "kvtier maintainers", "email": "kvtier@example.com"}],
+            "maintainers": [{"name": m["name"], "email": m["email"]} for m in chart["maintainers"]],
             "links": [{"name": "Source", "url": chart["home"]}],
             "keywords": chart["keywords"],
             "installModes": [
@@ -555,7 +559,10 @@ def csv_document(docs: list[dict[str, Any]], chart: dict[str, Any]) -> dict[str,
                 "strategy": "deployment",
                 "spec": {
                     "clusterPermissions": [
-                        {"serviceAccountName": sa, "rules": _one(docs, "ClusterRole")["rules"]}
+                        {
+                            "serviceAccountName": sa,
+                            "rules": _one(docs, "ClusterRole", RELEASE)["rules"],
+                        }
                     ],
                     "permissions": [
                         {"serviceAccountName": sa, "rules": _one(docs, "Role")["rules"]}
@@ -585,6 +592,17 @@ def bundle_files(docs: list[dict[str, Any]]) -> dict[Path, str]:
     service["metadata"].pop("namespace", None)
     files[manifests / f"{service['metadata']['name']}_v1_service.yaml"] = dump(
         [service], "charts/kvtier-operator"
+    )
+    # OLM makes the admin/edit/view roles of owned CRDs itself; the metrics reader role and
+    # the NetworkPolicy are shipped as they are.
+    reader = copy.deepcopy(_one(docs, "ClusterRole", f"{RELEASE}-metrics-reader"))
+    files[
+        manifests / f"{reader['metadata']['name']}_rbac.authorization.k8s.io_v1_clusterrole.yaml"
+    ] = dump([reader], "charts/kvtier-operator")
+    policy = copy.deepcopy(_one(docs, "NetworkPolicy"))
+    policy["metadata"].pop("namespace", None)
+    files[manifests / f"{policy['metadata']['name']}_networking.k8s.io_v1_networkpolicy.yaml"] = (
+        dump([policy], "charts/kvtier-operator")
     )
     files[manifests / f"{PACKAGE}.clusterserviceversion.yaml"] = dump(
         [csv_document(docs, chart)], "charts/kvtier-operator and deploy/crds"

@@ -6,11 +6,13 @@ import argparse
 import asyncio
 import logging
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvtier.cli import SUBCOMMAND_MODULES
 
 if TYPE_CHECKING:
+    from kvtier import metrics as metrics_types
     from kvtier.cli import Subparsers
 
 
@@ -22,6 +24,17 @@ def register(subparsers: Subparsers) -> None:
     )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then KUBECONFIG)")
     p.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port")
+    p.add_argument(
+        "--metrics-cert-file",
+        help="PEM serving certificate for HTTPS /metrics (OpenShift: from the service CA)",
+    )
+    p.add_argument("--metrics-key-file", help="PEM private key of --metrics-cert-file")
+    p.add_argument(
+        "--metrics-insecure",
+        action="store_true",
+        help="serve /metrics over plain HTTP to anyone, without TLS or token checks "
+        "(local runs only)",
+    )
     p.add_argument("--health-port", type=int, default=8081, help="liveness /healthz port")
     p.add_argument("--bind-address", default="0.0.0.0", help="address the endpoints listen on")
     p.add_argument("--workers", type=int, default=4, help="tiers reconciled concurrently")
@@ -44,6 +57,7 @@ def register(subparsers: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.kubeconfig:  # a bad file is a usage error now, not a retry every minute
         _check_kubeconfig(args.kubeconfig)
+    tls = _metrics_tls(args)
     import kopf
 
     from kvtier import metrics
@@ -59,7 +73,14 @@ def run(args: argparse.Namespace) -> int:
         log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN,
     )
     logging.getLogger("kvtier").setLevel(logging.DEBUG if args.verbose else logging.INFO)
-    metrics.serve(args.metrics_port, args.bind_address)
+    if tls is None:
+        metrics.serve(args.metrics_port, args.bind_address)
+    else:
+        from kvtier.kube.rest import Kube, load_client
+        from kvtier.metrics_auth import Authorizer, KubeReviewer
+
+        reviewer = KubeReviewer(Kube(load_client(args.kubeconfig), timeout=10))
+        metrics.serve(args.metrics_port, args.bind_address, tls, Authorizer(reviewer))
     asyncio.run(
         kopf.operator(
             clusterwide=True,
@@ -68,6 +89,38 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def _metrics_tls(args: argparse.Namespace) -> metrics_types.TLSFiles | None:
+    """The serving certificate for HTTPS /metrics, None with --metrics-insecure; CliError
+    when neither is given or a file is missing or not PEM."""
+    import ssl
+
+    from kvtier.cli import CliError
+    from kvtier.metrics import TLSFiles
+
+    cert, key = args.metrics_cert_file, args.metrics_key_file
+    if args.metrics_insecure:
+        if cert or key:
+            raise CliError("operator: --metrics-insecure contradicts --metrics-cert-file/-key-file")
+        return None
+    if not (cert and key):
+        raise CliError(
+            "operator: /metrics needs --metrics-cert-file and --metrics-key-file (HTTPS, "
+            "scrapers authorized by the API server), or --metrics-insecure for a local run"
+        )
+    files = TLSFiles(Path(cert), Path(key))
+    for flag, path in (("--metrics-cert-file", files.cert), ("--metrics-key-file", files.key)):
+        if not path.is_file():
+            raise CliError(f"operator: {flag}: {path} does not exist or is not a file")
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(files.cert, files.key)
+    except (OSError, ssl.SSLError) as exc:
+        raise CliError(
+            f"operator: --metrics-cert-file {cert} / --metrics-key-file {key}: not a PEM "
+            f"certificate and its key ({exc.strerror or exc})"
+        ) from None
+    return files
 
 
 def _check_kubeconfig(path: str) -> None:

@@ -3,10 +3,29 @@
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
+import ssl
+import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from socket import socket
 from typing import Any
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from kvtier.metrics_auth import METRICS_PATH, Authorizer
+
+log = logging.getLogger("kvtier.metrics")
 
 TIER_LABELS = ("namespace", "name")
 
@@ -75,8 +94,119 @@ def _set(metric: Gauge, labels: tuple[str, ...], value: float) -> None:
     _SERIES.setdefault((labels[0], labels[1]), []).append((metric, labels))
 
 
-def serve(port: int, addr: str = "0.0.0.0") -> None:
-    start_http_server(port, addr=addr)
+@dataclass(frozen=True)
+class TLSFiles:
+    """The serving certificate (chain) and its key, PEM files."""
+
+    cert: Path
+    key: Path
+
+
+class _ReloadingContext:
+    """A server SSLContext rebuilt when the files change: the OpenShift service CA renews
+    the serving certificate in the mounted Secret while the operator keeps running."""
+
+    def __init__(self, files: TLSFiles) -> None:
+        self._files = files
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int] | None = None
+        self._context = self._load()
+
+    def _load(self) -> ssl.SSLContext:
+        stamp = (os.stat(self._files.cert).st_mtime_ns, os.stat(self._files.key).st_mtime_ns)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self._files.cert, self._files.key)
+        self._stamp = stamp
+        return context
+
+    def get(self) -> ssl.SSLContext:
+        with self._lock:
+            try:
+                stamp = (
+                    os.stat(self._files.cert).st_mtime_ns,
+                    os.stat(self._files.key).st_mtime_ns,
+                )
+                if stamp != self._stamp:
+                    self._context = self._load()
+            except (OSError, ssl.SSLError) as exc:  # mid-rotation: keep the previous pair
+                log.warning("metrics certificate not reloaded: %s", exc)
+            return self._context
+
+
+class _MetricsHandler(BaseHTTPRequestHandler):
+    server: MetricsServer
+
+    def do_GET(self) -> None:  # the name http.server calls
+        if self.path.split("?", 1)[0] != METRICS_PATH:
+            self._reply(404, b"not found\n")
+            return
+        if self.server.authorizer is not None:
+            verdict = self.server.authorizer.check(self.headers.get("Authorization"))
+            if verdict.status != 200:
+                extra = {"WWW-Authenticate": "Bearer"} if verdict.status == 401 else {}
+                self._reply(verdict.status, f"{verdict.reason}\n".encode(), extra)
+                return
+        self._reply(200, generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
+
+    def _reply(
+        self,
+        status: int,
+        body: bytes,
+        headers: Mapping[str, str] | None = None,
+        content_type: str = "text/plain; charset=utf-8",
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("metrics %s: " + format, self.address_string(), *args)
+
+
+class MetricsServer(ThreadingHTTPServer):
+    """/metrics over HTTPS for scrapers the API server authorizes, or plain HTTP to anyone
+    when neither TLS nor an authorizer is given (local runs)."""
+
+    daemon_threads = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        tls: TLSFiles | None = None,
+        authorizer: Authorizer | None = None,
+    ) -> None:
+        self.tls = _ReloadingContext(tls) if tls else None
+        self.authorizer = authorizer
+        super().__init__(address, _MetricsHandler)
+
+    def get_request(self) -> tuple[socket, Any]:
+        sock, address = super().get_request()
+        if self.tls is None:
+            return sock, address
+        # The handshake runs on first read, in the request's own thread, so a slow or
+        # plain-HTTP client never blocks the accept loop.
+        wrapped = self.tls.get().wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return wrapped, address
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("metrics request from %s failed", client_address, exc_info=True)
+
+
+def serve(
+    port: int,
+    addr: str = "0.0.0.0",
+    tls: TLSFiles | None = None,
+    authorizer: Authorizer | None = None,
+) -> MetricsServer:
+    """Start the metrics server in a daemon thread and return it."""
+    server = MetricsServer((addr, port), tls, authorizer)
+    threading.Thread(target=server.serve_forever, name="kvtier-metrics", daemon=True).start()
+    return server
 
 
 def observe_tier(

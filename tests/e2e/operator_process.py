@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from localcluster import LocalCluster, free_port
@@ -20,11 +22,14 @@ class OperatorProcess:
         log_path: Path,
         kubeconfig: Path | None = None,
         namespace: str = "kvtier-system",
+        metrics_args: Sequence[str] = ("--metrics-insecure",),
     ) -> None:
         self.cluster = cluster
         self.namespace = namespace
         self.log_path = log_path
         self.kubeconfig = kubeconfig or cluster.operator_kubeconfig
+        # Plain HTTP /metrics unless a test passes the TLS flags (metrics_url then says https).
+        self.metrics_args = list(metrics_args)
         self.metrics_port = free_port()
         self.health_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -43,6 +48,7 @@ class OperatorProcess:
                 "--bind-address=127.0.0.1",
                 "--log-format=plain",
                 f"--namespace={self.namespace}",
+                *self.metrics_args,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -68,10 +74,15 @@ class OperatorProcess:
         except OSError:
             return False
 
-    def metrics(self) -> str:
-        with urllib.request.urlopen(
-            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
-        ) as r:
+    @property
+    def metrics_url(self) -> str:
+        scheme = "http" if "--metrics-insecure" in self.metrics_args else "https"
+        return f"{scheme}://127.0.0.1:{self.metrics_port}/metrics"
+
+    def metrics(self, context: ssl.SSLContext | None = None, token: str | None = None) -> str:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        request = urllib.request.Request(self.metrics_url, headers=headers)
+        with urllib.request.urlopen(request, timeout=5, context=context) as r:
             return str(r.read().decode())
 
     def stop(self, sig: int = signal.SIGTERM) -> None:

@@ -78,6 +78,7 @@ def test_default_values_dry_run(cluster: LocalCluster, crds: None) -> None:
         "ClusterRoleBinding",
         "CustomResourceDefinition",
         "Deployment",
+        "NetworkPolicy",
         "Role",
         "RoleBinding",
         "Service",
@@ -97,7 +98,11 @@ def test_full_values_dry_run(cluster: LocalCluster, openshift_like: None) -> Non
     assert {"ServiceMonitor", "PrometheusRule", "KVCachePolicy", "ConfigMap", "Namespace"} <= set(
         kinds(rendered)
     )
-    docs = {d["kind"]: d for d in yaml.safe_load_all(rendered) if d}
+    docs = {
+        d["kind"]: d
+        for d in yaml.safe_load_all(rendered)
+        if d and not d["metadata"]["name"].endswith(("-service-ca", "-scraper", "-token"))
+    }
     alerts = {r["alert"] for g in docs["PrometheusRule"]["spec"]["groups"] for r in g["rules"]}
     assert alerts == {
         "KVCacheTierNotReady",
@@ -113,6 +118,139 @@ def test_full_values_dry_run(cluster: LocalCluster, openshift_like: None) -> Non
         "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", "-",
         stdin=rendered,
     )  # fmt: skip
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's heading anchors of a page (its headings here are single words)."""
+    return {line.lstrip("#").strip().lower() for line in markdown.splitlines() if line[:3] == "## "}
+
+
+def test_full_values_secure_scrape_and_disruption_budget(cluster: LocalCluster) -> None:
+    """The ServiceMonitor scrapes over HTTPS with the service CA bundle and the scraper's
+    token; that token's ServiceAccount is bound to the metrics-reader role; the pod mounts
+    the Secret the Service's serving-cert annotation names; every alert links its runbook;
+    two replicas get a PodDisruptionBudget over the Deployment's pods."""
+    rendered = helm(
+        cluster, "template", "kvtier-operator", str(CHART), "-n", "kvtier-system",
+        "-f", str(FULL_VALUES),
+    ).stdout  # fmt: skip
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    (endpoint,) = by[("ServiceMonitor", "kvtier-operator")]["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+    secret = by[("Secret", endpoint["authorization"]["credentials"]["name"])]
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    scraper = secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+    assert ("ServiceAccount", scraper) in by
+    binding = by[("ClusterRoleBinding", scraper)]
+    assert binding["roleRef"]["name"] == "kvtier-operator-metrics-reader"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": scraper, "namespace": "kvtier-system"}
+    ]
+    ca = by[("ConfigMap", endpoint["tlsConfig"]["ca"]["configMap"]["name"])]
+    assert ca["metadata"]["annotations"]["service.beta.openshift.io/inject-cabundle"] == "true"
+    service = by[("Service", "kvtier-operator-metrics")]
+    assert endpoint["tlsConfig"]["serverName"] == "kvtier-operator-metrics.kvtier-system.svc"
+    tls_secret = service["metadata"]["annotations"][
+        "service.beta.openshift.io/serving-cert-secret-name"
+    ]
+    deployment = by[("Deployment", "kvtier-operator")]
+    pod = deployment["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if "secret" in v]
+    assert volume["secret"]["secretName"] == tls_secret
+    (container,) = pod["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+    assert f"--metrics-cert-file={mount['mountPath']}/tls.crt" in container["args"]
+    assert f"--metrics-key-file={mount['mountPath']}/tls.key" in container["args"]
+    assert "--metrics-insecure" not in container["args"]
+
+    runbooks = _anchors((REPO / "docs" / "alerts.md").read_text())
+    home = yaml.safe_load((CHART / "Chart.yaml").read_text())["home"]
+    rules = [
+        r for g in by[("PrometheusRule", "kvtier-operator")]["spec"]["groups"] for r in g["rules"]
+    ]
+    for rule in rules:
+        url = rule["annotations"]["runbook_url"]
+        page, _, anchor = url.partition("#")
+        assert page == f"{home}/blob/main/docs/alerts.md", url
+        assert anchor == rule["alert"].lower() and anchor in runbooks, url
+
+    budget = by[("PodDisruptionBudget", "kvtier-operator")]
+    assert deployment["spec"]["replicas"] == 2
+    assert budget["spec"]["minAvailable"] == 1
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+
+
+def test_plain_http_is_an_explicit_choice(cluster: LocalCluster) -> None:
+    """metrics.secure=false: --metrics-insecure, no certificate Secret, a plain scrape."""
+    rendered = helm(
+        cluster, "template", "x", str(CHART), "--set", "metrics.secure=false",
+        "--set", "metrics.serviceMonitor.enabled=true",
+    ).stdout  # fmt: skip
+    docs = {d["kind"]: d for d in yaml.safe_load_all(rendered) if d}
+    (container,) = docs["Deployment"]["spec"]["template"]["spec"]["containers"]
+    assert "--metrics-insecure" in container["args"]
+    assert not any("secret" in v for v in docs["Deployment"]["spec"]["template"]["spec"]["volumes"])
+    assert "annotations" not in docs["Service"]["metadata"]
+    assert "scheme" not in docs["ServiceMonitor"]["spec"]["endpoints"][0]
+    assert "Secret" not in docs and "PodDisruptionBudget" not in docs
+
+
+def test_network_policy_admits_only_scrapes_and_reaches_only_api_and_dns(
+    cluster: LocalCluster,
+) -> None:
+    """The policy deploy/manifests ships is the chart's own, selects the operator pods,
+    lets in only the metrics port from the monitoring namespaces, lets out only the API
+    server and DNS ports, and the API server stores it."""
+    rendered = helm(cluster, "template", "kvtier-operator", str(CHART), "-n", "kvtier-system")
+    docs = {d["kind"]: d for d in yaml.safe_load_all(rendered.stdout) if d}
+    shipped = [
+        d for d in yaml.safe_load_all((MANIFESTS / "operator.yaml").read_text())
+        if d and d["kind"] == "NetworkPolicy"
+    ]  # fmt: skip
+    policy = docs["NetworkPolicy"]
+    policy["metadata"]["labels"].pop("app.kubernetes.io/managed-by")
+    assert shipped == [policy]
+    deployment = docs["Deployment"]
+    assert policy["spec"]["podSelector"] == deployment["spec"]["selector"]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    (ingress,) = policy["spec"]["ingress"]
+    assert ingress["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert "metrics" in {p["name"] for p in ports}
+    assert ingress["from"] == [
+        {"namespaceSelector": {"matchLabels": {"network.openshift.io/policy-group": "monitoring"}}}
+    ]
+    egress = {
+        (p["port"], p["protocol"]) for rule in policy["spec"]["egress"] for p in rule["ports"]
+    }
+    assert egress == {
+        (443, "TCP"),
+        (6443, "TCP"),
+        (53, "UDP"),
+        (53, "TCP"),
+        (5353, "UDP"),
+        (5353, "TCP"),
+    }
+    assert all("to" not in rule for rule in policy["spec"]["egress"])
+    ns = f"netpol-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", ns)
+    try:
+        cluster.kubectl(
+            "apply",
+            "-n",
+            ns,
+            "-f",
+            "-",
+            stdin=yaml.safe_dump({**policy, "metadata": {**policy["metadata"], "namespace": ns}}),
+        )
+        stored = json.loads(
+            cluster.kubectl("get", "networkpolicy", "-n", ns, "kvtier-operator", "-o", "json")
+        )
+        assert stored["spec"]["ingress"] == policy["spec"]["ingress"]
+        assert len(stored["spec"]["egress"]) == len(policy["spec"]["egress"])
+    finally:
+        cluster.kubectl("delete", "namespace", ns, "--wait=false")
 
 
 def test_policy_waits_for_its_api(cluster: LocalCluster) -> None:

@@ -114,7 +114,6 @@ DENIED: list[tuple[str, str, str, str, str | None]] = [
     ("create", "admissionregistration.k8s.io", "validatingadmissionpolicies", "", None),
     ("create", "certificates.k8s.io", "certificatesigningrequests", "", None),
     ("update", "certificates.k8s.io", "certificatesigningrequests", "approval", None),
-    ("create", "authentication.k8s.io", "tokenreviews", "", None),
     ("create", "kvcache.io", "kvcachepolicies", "", None),
     ("patch", "kvcache.io", "kvcachepolicies", "", None),
     ("delete", "kvcache.io", "kvcachepolicies", "", None),
@@ -137,6 +136,9 @@ ALLOWED: list[tuple[str, str, str, str, str | None]] = [
     ("create", "batch", "jobs", "", "default"),
     ("list", "", "configmaps", "", None),
     ("update", "coordination.k8s.io", "leases", "", "kvtier-system"),
+    # /metrics: the scraper's token and its right to get /metrics, asked of the API server.
+    ("create", "authentication.k8s.io", "tokenreviews", "", None),
+    ("create", "authorization.k8s.io", "subjectaccessreviews", "", None),
 ]
 
 

@@ -22,9 +22,9 @@ def load_all(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-def manifest(kind: str) -> dict[str, Any]:
+def manifest(kind: str, name: str | None = None) -> dict[str, Any]:
     docs = [d for p in (REPO / "deploy" / "manifests").glob("*.yaml") for d in load_all(p)]
-    (found,) = [d for d in docs if d["kind"] == kind]
+    (found,) = [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
     return found
 
 
@@ -107,7 +107,7 @@ def test_install_strategy_is_the_rendered_chart(csv: dict[str, Any]) -> None:
     (ns,) = spec["permissions"]
     sa = manifest("ServiceAccount")["metadata"]["name"]
     assert cluster["serviceAccountName"] == ns["serviceAccountName"] == sa
-    assert cluster["rules"] == manifest("ClusterRole")["rules"]
+    assert cluster["rules"] == manifest("ClusterRole", "kvtier-operator")["rules"]
     assert ns["rules"] == manifest("Role")["rules"]
     granted = {r for rule in cluster["rules"] + ns["rules"] for r in rule["resources"]}
     assert "secrets" not in granted

@@ -86,6 +86,13 @@ manifests and the OLM bundle are rendered from this chart). Secrets are never gr
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]
+# /metrics: who a scraper's bearer token belongs to, and whether it may get /metrics.
+- apiGroups: [authentication.k8s.io]
+  resources: [tokenreviews]
+  verbs: [create]
+- apiGroups: [authorization.k8s.io]
+  resources: [subjectaccessreviews]
+  verbs: [create]
 {{- end }}
 
 {{/* Leader election happens in the operator's own namespace only. */}}
@@ -93,4 +100,14 @@ manifests and the OLM bundle are rendered from this chart). Secrets are never gr
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
   verbs: [get, list, watch, create, update, patch]
+{{- end }}
+
+{{/* The Secret holding the metrics serving certificate (tls.crt, tls.key). */}}
+{{- define "kvtier-operator.metricsTLSSecret" -}}
+{{- .Values.metrics.tls.secretName | default (printf "%s-metrics-tls" (include "kvtier-operator.fullname" .)) }}
+{{- end }}
+
+{{/* Where the operator container reads that Secret. */}}
+{{- define "kvtier-operator.metricsTLSDir" -}}
+/var/run/secrets/kvtier/metrics-tls
 {{- end }}
