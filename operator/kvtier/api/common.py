@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from kubernetes.utils import parse_quantity
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -19,6 +20,9 @@ from pydantic import (
     WithJsonSchema,
 )
 from pydantic.alias_generators import to_camel
+
+from kvtier.sizing.errors import SizingError
+from kvtier.sizing.releases import RELEASES, VERSION_PATTERN, vllm_release
 
 # Kubernetes name grammars. Patterns reject path tricks such as "../x" or "a/b" outright.
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -58,6 +62,34 @@ def cel(
 def validations(*rules: dict[str, str]) -> dict[str, Any]:
     """`json_schema_extra` payload carrying CEL rules for a model or a field."""
     return {"x-kubernetes-validations": list(rules)}
+
+
+def _known_vllm_version(value: str) -> str:
+    try:
+        vllm_release(value)
+    except SizingError as exc:
+        raise ValueError(exc.message) from None
+    return value
+
+
+# A vLLM release: any patch of a series kvtier has checked against vLLM's own code.
+VLLMVersion = Annotated[
+    str,
+    StringConstraints(max_length=64, pattern=VERSION_PATTERN),
+    AfterValidator(_known_vllm_version),
+]
+_SERIES = "|".join(s.replace(".", "[.]") for s in RELEASES)
+
+
+def vllm_version_rules(path: str) -> dict[str, Any]:
+    """Admission's check of a vLLM version field: a release kvtier knows, named in the error."""
+    return validations(
+        cel(
+            f"self.matches('^v?({_SERIES})([.][0-9]+)?([.+-].*)?$')",
+            f"{path} must be a vLLM release kvtier has checked: "
+            + ", ".join(f"{s}.x" for s in RELEASES),
+        )
+    )
 
 
 @functools.lru_cache(maxsize=4096, typed=True)  # typed: True is not the quantity 1

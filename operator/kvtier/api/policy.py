@@ -16,10 +16,12 @@ from kvtier.api.common import (
     KubeModel,
     NonNegativeQuantity,
     PositiveQuantity,
+    VLLMVersion,
     cel,
     list_map,
     quantity_rules,
     validations,
+    vllm_version_rules,
 )
 from kvtier.api.observed import MetricsSpec
 from kvtier.api.tier import DiskType, KVCacheDtype, Mode, ObjectMeta
@@ -74,6 +76,13 @@ class TierDefaults(KubeModel):
     )
     disk_type: DiskType | None = Field(
         default=None, description="Default spec.disk.type (built-in: Auto)."
+    )
+    vllm_version: VLLMVersion | None = Field(
+        default=None,
+        alias="vllmVersion",
+        description="Default spec.model.vllmVersion for targets whose image does not say "
+        "(built-in: 0.24, the study's).",
+        json_schema_extra=vllm_version_rules("spec.defaults.vllmVersion"),
     )
     probe: ProbeDefaults | None = Field(default=None, description="Defaults for spec.probe.")
 

@@ -18,10 +18,12 @@ from kvtier.api.common import (
     LongText,
     PositiveQuantity,
     ShortText,
+    VLLMVersion,
     cel,
     list_map,
     quantity_rules,
     validations,
+    vllm_version_rules,
 )
 from kvtier.api.observed import ObservedStatus
 
@@ -81,10 +83,12 @@ class ConditionType(StrEnum):
 
 
 class ValueSource(StrEnum):
-    """Where an effective value came from: built-in default < KVCachePolicy < KVCacheTier."""
+    """Where an effective value came from: built-in default < KVCachePolicy < target < KVCacheTier
+    (the target, for what it tells of itself: its vLLM image's version)."""
 
     DEFAULT = "Default"
     POLICY = "Policy"
+    TARGET = "Target"
     TIER = "Tier"
 
 
@@ -231,6 +235,14 @@ class ModelSpec(KubeModel):
         le=65536,
         description="Offload block size in tokens; a multiple of the GPU block size. "
         "Defaults to the KVCachePolicy's default, else 16.",
+    )
+    vllm_version: VLLMVersion | None = Field(
+        default=None,
+        alias="vllmVersion",
+        description="The vLLM release serving the model (0.24.x or 0.33.x): how it lays out "
+        "and places the CPU tier. Defaults to the version of the target's vllm/vllm-openai "
+        "image, else the KVCachePolicy's default, else 0.24 (the study's).",
+        json_schema_extra=vllm_version_rules("spec.model.vllmVersion"),
     )
 
 

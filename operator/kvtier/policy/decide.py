@@ -17,10 +17,15 @@ from pydantic import ValidationError
 
 from kvtier.api.common import quantity_bytes
 from kvtier.api.policy import KVCachePolicySpec, NonBeneficialAction
-from kvtier.api.tier import ConditionType, DiskType, KVCacheTierSpec, Mode
+from kvtier.api.tier import ConditionType, DiskType, KVCacheTierSpec, Mode, ValueSource
 from kvtier.names import FINALIZER
 from kvtier.policy.conditions import FALSE, TRUE, UNKNOWN, Verdict, flipped, merge_conditions
-from kvtier.policy.effective import EffectiveSettings, effective_settings
+from kvtier.policy.effective import (
+    BUILTIN_DEFAULTS,
+    EffectiveSettings,
+    effective_settings,
+    with_target_vllm_version,
+)
 from kvtier.policy.gate import gate_tier
 from kvtier.policy.probing import ProbeStep, plan_probe
 from kvtier.policy.provisioning import (
@@ -35,6 +40,7 @@ from kvtier.policy.provisioning import (
     split_writes,
 )
 from kvtier.policy.roles import RolePlan, role_input, role_plans
+from kvtier.policy.server_flags import ServerFlags
 from kvtier.policy.targets import Placement, TargetFacts, placement, target_facts
 from kvtier.render import (
     DesiredWrite,
@@ -55,6 +61,7 @@ from kvtier.sizing import (
     plan,
     resolve_geometry,
 )
+from kvtier.sizing.releases import vllm_release
 
 DEFAULT_PROBE_IMAGE = "quay.io/kvtier/kvtier-operator:0.1.0"
 STORAGE_KINDS = ("PersistentVolume", "PersistentVolumeClaim")
@@ -74,6 +81,8 @@ SPEC_PATHS = {
     # The node's memory cannot hold one block of this model: the geometry or the CPU tier.
     "nodeMemoryBytes": "spec.model (one KV block exceeds what a node affords the CPU tier)",
     "blockSizeTokens": "spec.model.blockSizeTokens",
+    "vllmVersion": "spec.model.vllmVersion",
+    "gpuBlockSizeTokens": "the target's --block-size",
 }
 INT64_MAX = 2**63 - 1  # what the API server stores for an integer field
 DISK_TIER_NAMES = {"NVMe": "nvme", "CephFS": "cephfs", "ObjectStore": "objectstore"}
@@ -256,14 +265,34 @@ def _sizing_input(
     )
     cpu = eff.cpu_size.value
     disk = spec.disk
+    flags = target.server
+    version = eff.vllm_version
+    try:
+        vllm_release(version.value)
+    except SizingError as exc:
+        where = (
+            f"the target's image is vLLM {version.value}"
+            if version.source is ValueSource.TARGET
+            else f"{SPEC_PATHS['vllmVersion']}: {version.value}"
+        )
+        raise _sized_false(
+            "UnsupportedVLLMVersion",
+            f"{where}: {exc.message}; set spec.model.vllmVersion to the release it behaves as",
+        ) from None
     return SizingInput(
         geometry=geo,
         average_context_tokens=spec.workload.average_context_tokens,
         concurrent_sessions=spec.workload.concurrent_sessions,
         replicas=target.replicas,
         tensor_parallel_size=tp,
-        kv_cache_dtype=eff.kv_cache_dtype.value.value,
+        kv_cache_dtype=_kv_cache_dtype(eff, flags),
         block_tokens=eff.block_size_tokens.value,
+        gpu_block_tokens=flags.gpu_block_tokens or BUILTIN_DEFAULTS.block_size_tokens,
+        vllm_version=version.value,
+        hybrid_kv_cache_manager=flags.hybrid_kv_cache_manager is not False,
+        data_parallel_size=flags.data_parallel_size_local or flags.data_parallel_size or 1,
+        distributed_executor_backend=flags.distributed_executor_backend or "mp",
+        max_model_len=flags.max_model_len,
         cpu_bytes=None if cpu == "auto" else quantity_bytes(cpu),
         node_memory_bytes=place.node_memory_bytes,
         model_server_pods_per_node=place.pods_per_node,
@@ -286,6 +315,27 @@ def _sizing_input(
             "bucket": disk.object_store.bucket or "",
             "endpoint": disk.object_store.endpoint or "",
         },
+    )
+
+
+def _kv_cache_dtype(eff: EffectiveSettings, flags: ServerFlags) -> str:
+    """The dtype to size with: the target's --kv-cache-dtype unless the tier or the policy
+    asks for another, which is refused (the tier would be sized for bytes vLLM never uses)."""
+    asked = eff.kv_cache_dtype
+    served = flags.kv_cache_dtype or "auto"
+    wanted = asked.value.value
+    if asked.source is ValueSource.DEFAULT or wanted in ("auto", served.split("_", 1)[0]):
+        return served
+    where = (
+        "spec.model.kvCacheDtype"
+        if asked.source is ValueSource.TIER
+        else "the KVCachePolicy's defaults.kvCacheDtype"
+    )
+    raise _sized_false(
+        "KVCacheDtypeMismatch",
+        f"{where} is {wanted}, but the target serves the KV cache as {served} "
+        f"(--kv-cache-dtype {'not given' if flags.kv_cache_dtype is None else served}): pass "
+        f"--kv-cache-dtype {wanted} to the target, or drop the setting",
     )
 
 
@@ -560,6 +610,10 @@ def _size(
     target: TargetFacts,
     facts: Facts,
 ) -> list[Verdict]:
+    targeted = with_target_vllm_version(eff, target.server.image_vllm_version)
+    if targeted is not eff:  # the target's image names its vLLM: status.effective says so
+        eff = targeted
+        decision.status["effective"] = [e.to_k8s() for e in eff.entries()]
     gpus = target.gpus_per_pod or target.tensor_parallel_size or 0
     place = placement(facts.nodes, target.node_selector, gpus)
     available = _available_disks(spec, eff, facts.nodes, place)

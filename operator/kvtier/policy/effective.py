@@ -7,7 +7,7 @@ The CRDs carry no schema defaults for exactly this reason: the built-in defaults
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Generic, TypeVar
 
@@ -38,6 +38,7 @@ from kvtier.api.tier import (
     ProbeSpec,
     ValueSource,
 )
+from kvtier.sizing.releases import DEFAULT_VLLM_VERSION
 
 T = TypeVar("T")
 
@@ -57,6 +58,7 @@ class BuiltinDefaults:
     mode: Mode = Mode.APPLY
     kv_cache_dtype: KVCacheDtype = KVCacheDtype.AUTO
     block_size_tokens: int = 16  # vLLM's GPU block size; offload blocks must be a multiple
+    vllm_version: str = DEFAULT_VLLM_VERSION  # the study's release
     cpu_size: int | str = "auto"
     disk_type: DiskType = DiskType.AUTO
     probe_enabled: bool = True
@@ -107,6 +109,7 @@ class EffectiveSettings:
     mode: Sourced[Mode] = field(metadata=_path("mode"))
     kv_cache_dtype: Sourced[KVCacheDtype] = field(metadata=_path("model.kvCacheDtype"))
     block_size_tokens: Sourced[int] = field(metadata=_path("model.blockSizeTokens"))
+    vllm_version: Sourced[str] = field(metadata=_path("model.vllmVersion"))
     cpu_size: Sourced[int | str] = field(metadata=_path("cpu.size"))
     disk_type: Sourced[DiskType] = field(metadata=_path("disk.type"))
     probe_enabled: Sourced[bool] = field(metadata=_path("probe.enabled"))
@@ -177,6 +180,15 @@ def _pick(tier: T | None, policy: T | None, default: T) -> Sourced[T]:
     return Sourced(default, ValueSource.DEFAULT)
 
 
+def with_target_vllm_version(
+    eff: EffectiveSettings, image_version: str | None
+) -> EffectiveSettings:
+    """The target's own image outranks a policy default or the built-in one, not the tier."""
+    if image_version is None or eff.vllm_version.source is ValueSource.TIER:
+        return eff
+    return replace(eff, vllm_version=Sourced(image_version, ValueSource.TARGET))
+
+
 def _policy_only(policy: T | None, default: T) -> Sourced[T]:
     return _pick(None, policy, default)
 
@@ -233,6 +245,7 @@ def effective_settings(
         block_size_tokens=_pick(
             model.block_size_tokens, tier_defaults.block_size_tokens, defaults.block_size_tokens
         ),
+        vllm_version=_pick(model.vllm_version, tier_defaults.vllm_version, defaults.vllm_version),
         cpu_size=_pick(cpu.size, None, defaults.cpu_size),
         disk_type=_pick(disk.type, tier_defaults.disk_type, defaults.disk_type),
         probe_enabled=_pick(probe.enabled, probe_defaults.enabled, defaults.probe_enabled),

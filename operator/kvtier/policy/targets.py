@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvtier.api.common import quantity_bytes
+from kvtier.policy.server_flags import ServerFlags, server_flags
 
 GPU_RESOURCE = "nvidia.com/gpu"
 HF_PREFIXES = ("hf://", "huggingface://")
@@ -78,6 +79,8 @@ class TargetFacts:
     gpus_per_pod: int | None = None
     memory_request_bytes: int | None = None
     memory_limit_bytes: int | None = None
+    # The vLLM container's CPU-tier flags and version.
+    server: ServerFlags = field(default_factory=ServerFlags)
     roles: tuple[RoleFacts, ...] = ()  # LLMInferenceService only
 
 
@@ -176,6 +179,7 @@ def inference_service_facts(obj: Mapping[str, Any]) -> TargetFacts:
         gpus_per_pod=gpus,
         memory_request_bytes=mem_req,
         memory_limit_bytes=mem_lim,
+        server=server_flags(model),
     )
 
 
@@ -201,6 +205,7 @@ def llm_inference_service_facts(obj: Mapping[str, Any]) -> TargetFacts:
         gpus_per_pod=gpus,
         memory_request_bytes=mem_req,
         memory_limit_bytes=mem_lim,
+        server=server_flags(main),
         roles=tuple(roles),
     )
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from kvtier.sizing.errors import SizingError
 
 FIELD = "vllmVersion"
+VERSION_PATTERN = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?([.+-][0-9A-Za-z.+-]*)?$"
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-][0-9A-Za-z.+-]*)?$")
 
 
