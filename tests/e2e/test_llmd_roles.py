@@ -1,0 +1,296 @@
+"""llm-d as a whole on KServe's own CRDs (v0.20): a prefill/decode LLMInferenceService and a
+multi-node (data-parallel LeaderWorkerSet) one come out with every vLLM pod template sized
+and patched, the router's CPU-tier scorer holds kvtier's block count, Argo-CD-like
+re-applies cause no write, and deleting the tier gives everything back.
+
+Argo CD is played as in test_real_contracts.py: a forced apply by its manager with the live
+values of the fields deploy/argocd/application.yaml ignores carried into the manifest.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from kvtier.render.quantities import quantity_to_bytes
+from localcluster import LocalCluster
+from tests.e2e import audit
+from tests.e2e.kube_helpers import (
+    apply_policy,
+    create_tier,
+    eventually,
+    get_tier,
+    new_namespace,
+    wait_condition,
+)
+from tests.e2e.operator_process import OperatorProcess
+from tests.e2e.test_operator_apply import POLICY
+from tests.e2e.test_real_contracts import APPLIED, argo_sync, live
+
+ROUNDS = 20
+V1ALPHA1 = "serving.kserve.io/v1alpha1"
+CPU_SCORER = "cpu-prefix-cache-scorer"
+USER_MEMORY = 256 << 30
+
+
+def _pod(gpus: int) -> dict[str, Any]:
+    return {
+        "containers": [
+            {
+                "name": "main",
+                "image": "ghcr.io/llm-d/llm-d-cuda:v0.8.0",
+                "env": [{"name": "VLLM_LOGGING_LEVEL", "value": "INFO"}],
+                "resources": {
+                    "limits": {"nvidia.com/gpu": str(gpus), "memory": "256Gi"},
+                    "requests": {"nvidia.com/gpu": str(gpus), "memory": "256Gi"},
+                },
+                "volumeMounts": [{"name": "chat", "mountPath": "/opt/templates"}],
+            }
+        ],
+        "volumes": [{"name": "chat", "configMap": {"name": "chat-templates"}}],
+    }
+
+
+def _epp_config() -> dict[str, Any]:
+    """llm-d's tiered-prefix-cache layout in KServe's P/D profiles."""
+    refs = [
+        {"pluginRef": "queue-scorer", "weight": 2},
+        {"pluginRef": "gpu-prefix-cache-scorer", "weight": 1},
+        {"pluginRef": CPU_SCORER, "weight": 1},
+        {"pluginRef": "max-score-picker"},
+    ]
+    return {
+        "apiVersion": "inference.networking.x-k8s.io/v1alpha1",
+        "kind": "EndpointPickerConfig",
+        "plugins": [
+            {"type": "queue-scorer"},
+            {"type": "prefix-cache-scorer", "name": "gpu-prefix-cache-scorer"},
+            {
+                "type": "prefix-cache-scorer",
+                "name": CPU_SCORER,
+                "parameters": {"autoTune": False, "lruCapacityPerServer": 41000},
+            },
+            {"type": "max-score-picker"},
+        ],
+        "schedulingProfiles": [
+            {"name": "prefill", "plugins": [{"pluginRef": "prefill-filter"}, *refs]},
+            {"name": "decode", "plugins": [{"pluginRef": "decode-filter"}, *refs]},
+        ],
+    }
+
+
+def prefill_decode() -> dict[str, Any]:
+    """Decode TP 4 × 2 replicas on spec.template; prefill TP 2 × 4 replicas on spec.prefill."""
+    return {
+        "apiVersion": "serving.kserve.io/v1alpha2",
+        "kind": "LLMInferenceService",
+        "metadata": {"name": "qwen-pd"},
+        "spec": {
+            "model": {"uri": "hf://Qwen/Qwen3-32B", "name": "Qwen/Qwen3-32B"},
+            "replicas": 2,
+            "parallelism": {"tensor": 4},
+            "template": _pod(4),
+            "prefill": {"replicas": 4, "parallelism": {"tensor": 2}, "template": _pod(2)},
+            "router": {"scheduler": {"config": {"inline": _epp_config()}}},
+        },
+    }
+
+
+def multi_node() -> dict[str, Any]:
+    """KServe's worker-data-parallel shape: 16 data-parallel ranks, 8 per pod, written as
+    v1alpha1 (so kvtier passes the flag in VLLM_ADDITIONAL_ARGS of leader and worker)."""
+    return {
+        "apiVersion": V1ALPHA1,
+        "kind": "LLMInferenceService",
+        "metadata": {"name": "qwen-dp"},
+        "spec": {
+            "model": {"uri": "hf://Qwen/Qwen3-32B", "name": "Qwen/Qwen3-32B"},
+            "replicas": 1,
+            "parallelism": {"tensor": 1, "data": 16, "dataLocal": 8},
+            "template": _pod(8),
+            "worker": _pod(8),
+        },
+    }
+
+
+def _at(obj: dict[str, Any], template: str) -> dict[str, Any]:
+    node: dict[str, Any] = obj["spec"]
+    for key in template.removeprefix("spec.").split("."):
+        node = node[key]
+    return node
+
+
+def _main(pod: dict[str, Any]) -> dict[str, Any]:
+    found: dict[str, Any] = next(c for c in pod["containers"] if c["name"] == "main")
+    return found
+
+
+def _cpu_scorer(obj: dict[str, Any]) -> dict[str, Any]:
+    plugins = obj["spec"]["router"]["scheduler"]["config"]["inline"]["plugins"]
+    found: dict[str, Any] = next(p for p in plugins if p.get("name") == CPU_SCORER)
+    return found
+
+
+def _tier(target: str) -> dict[str, Any]:
+    return {
+        "mode": "Apply",
+        "targetRef": {"kind": "LLMInferenceService", "name": target},
+        "workload": {"averageContextTokens": 50000, "concurrentSessions": 64},
+        "disk": {"type": "None"},
+    }
+
+
+@pytest.fixture(scope="module")
+def ns(admin_api: client.ApiClient, operator: OperatorProcess) -> str:
+    apply_policy(admin_api, POLICY)
+    return new_namespace(admin_api, "llmd")
+
+
+@pytest.fixture(scope="module")
+def applied(
+    cluster: LocalCluster, admin_api: client.ApiClient, ns: str
+) -> dict[str, dict[str, Any]]:
+    """Both targets synced by Argo CD, then one tier each, Applied. The user's objects as the
+    API stored them before kvtier, by target name."""
+    users: dict[str, dict[str, Any]] = {}
+    for user in (prefill_decode(), multi_node()):
+        argo_sync(admin_api, ns, user)
+        users[user["metadata"]["name"]] = live(admin_api, ns, user)
+        name = user["metadata"]["name"]
+        create_tier(admin_api, ns, name, _tier(name))
+    for name in users:
+        wait_condition(admin_api, ns, name, "Applied", "True", timeout=120)
+    wait_condition(admin_api, ns, "qwen-pd", "SchedulerSynced", "True", timeout=60)
+    return users
+
+
+def _check_roles(api: client.ApiClient, ns: str, name: str, user: dict[str, Any]) -> None:
+    """Every template of every role holds the role's memory and /dev/shm, beside the user's
+    own fields."""
+    roles = get_tier(api, ns, name)["status"]["plan"]["roles"]
+    current = live(api, ns, user)
+    patched = 0
+    for role in roles:
+        for template in role["templates"]:
+            pod, main = _at(current, template), _main(_at(current, template))
+            requests = main["resources"]["requests"]
+            assert quantity_to_bytes(requests["memory"]) == USER_MEMORY + role["podMemoryBytes"]
+            assert (
+                requests["nvidia.com/gpu"]
+                == _main(_at(user, template))["resources"]["requests"]["nvidia.com/gpu"]
+            )
+            assert {"name": "chat", "mountPath": "/opt/templates"} in main["volumeMounts"]
+            assert {"name": "chat", "configMap": {"name": "chat-templates"}} in pod["volumes"]
+            if role.get("shmBytes") is not None:
+                dshm = next(v for v in pod["volumes"] if v["name"] == "kvtier-dshm")
+                assert quantity_to_bytes(dshm["emptyDir"]["sizeLimit"]) == role["shmBytes"]
+            patched += 1
+    assert patched == sum(len(r["templates"]) for r in roles)
+
+
+def test_prefill_decode_every_role_is_sized_and_patched(
+    admin_api: client.ApiClient, ns: str, applied: dict[str, dict[str, Any]]
+) -> None:
+    user = applied["qwen-pd"]
+    plan = get_tier(admin_api, ns, "qwen-pd")["status"]["plan"]
+    decode, prefill = plan["roles"]
+    assert (decode["role"], decode["templates"], decode["tensor"]) == (
+        "decode",
+        ["spec.template"],
+        4,
+    )
+    assert (prefill["role"], prefill["templates"], prefill["tensor"]) == (
+        "prefill",
+        ["spec.prefill.template"],
+        2,
+    )
+    _check_roles(admin_api, ns, "qwen-pd", user)
+    current = live(admin_api, ns, user)
+    assert quantity_to_bytes(current["spec"]["kvCacheOffloading"]["cpu"]) == decode["cpuBytesToUse"]
+    prefill_cpu = current["spec"]["prefill"]["kvCacheOffloading"]["cpu"]
+    assert quantity_to_bytes(prefill_cpu) == prefill["cpuBytesToUse"]
+
+
+def test_the_routers_cpu_scorer_holds_kvtiers_block_count(
+    admin_api: client.ApiClient, ns: str, applied: dict[str, dict[str, Any]]
+) -> None:
+    plan = get_tier(admin_api, ns, "qwen-pd")["status"]["plan"]
+    scorer = _cpu_scorer(live(admin_api, ns, applied["qwen-pd"]))
+    # One endpoint per replica, one engine each: the smaller role's tier in 16-token blocks.
+    blocks = min(r["cpuTierBlocks"] for r in plan["roles"])
+    assert scorer["parameters"] == {"autoTune": False, "lruCapacityPerServer": blocks}
+    assert plan["scheduler"]["lruCapacityPerServer"] == blocks
+    assert plan["scheduler"]["roles"] == ["prefill", "decode"]
+    user_plugins = applied["qwen-pd"]["spec"]["router"]["scheduler"]["config"]["inline"]
+    current = live(admin_api, ns, applied["qwen-pd"])["spec"]["router"]["scheduler"]["config"]
+    assert [p for p in current["inline"]["plugins"] if p.get("name") != CPU_SCORER] == [
+        p for p in user_plugins["plugins"] if p.get("name") != CPU_SCORER
+    ]
+
+
+def test_multi_node_leader_and_worker_hold_every_local_engines_tier(
+    admin_api: client.ApiClient, ns: str, applied: dict[str, dict[str, Any]]
+) -> None:
+    user = applied["qwen-dp"]
+    (role,) = get_tier(admin_api, ns, "qwen-dp")["status"]["plan"]["roles"]
+    assert role["templates"] == ["spec.template", "spec.worker"]
+    assert (role["podsPerReplica"], role["enginesPerPod"]) == (2, 8)
+    assert role["cpuBytesPerPod"] == 8 * role["cpuBytesToUse"]
+    _check_roles(admin_api, ns, "qwen-dp", user)
+    current = live(admin_api, ns, user)
+    assert "kvCacheOffloading" not in current["spec"]  # v1alpha1: the flag in the env
+    for template in ("template", "worker"):
+        env = {e["name"]: e.get("value") for e in _main(current["spec"][template])["env"]}
+        assert env["VLLM_LOGGING_LEVEL"] == "INFO"
+        assert f'"cpu_bytes_to_use":{role["cpuBytesToUse"]}' in env["VLLM_ADDITIONAL_ARGS"]
+
+
+def test_argo_re_applies_cause_no_write(
+    cluster: LocalCluster, admin_api: client.ApiClient, ns: str, applied: dict[str, Any]
+) -> None:
+    before = {name: live(admin_api, ns, u) for name, u in applied.items()}
+    time.sleep(2)
+    start = time.time()
+    for _ in range(ROUNDS):
+        for user in (prefill_decode(), multi_node()):
+            argo_sync(admin_api, ns, user)
+    time.sleep(3)
+    names: list[str] = []
+    writes = audit.writes(cluster.audit_log, since=start, names=names, namespace=ns)
+    assert sum(n for (_, res), n in writes.items() if res == "llminferenceservices") == 0, names
+    for name, user in applied.items():
+        after = live(admin_api, ns, user)
+        assert after["metadata"]["generation"] == before[name]["metadata"]["generation"]
+        assert APPLIED in after["metadata"]["annotations"]
+    synced = get_tier(admin_api, ns, "qwen-pd")["status"]["conditions"]
+    assert {"type": "SchedulerSynced", "status": "True"}.items() <= next(
+        c for c in synced if c["type"] == "SchedulerSynced"
+    ).items()
+
+
+def test_deleting_the_tiers_gives_every_template_and_the_scorer_back(
+    admin_api: client.ApiClient, ns: str, applied: dict[str, dict[str, Any]]
+) -> None:
+    for name in applied:
+        client.CustomObjectsApi(admin_api).delete_namespaced_custom_object(
+            "kvcache.io", "v1alpha1", ns, "kvcachetiers", name
+        )
+    for name, user in applied.items():
+        restored = eventually(
+            lambda u=user: (
+                (t := live(admin_api, ns, u))
+                and APPLIED not in (t["metadata"].get("annotations") or {})
+                and t
+            ),
+            what=f"{name} given back",
+        )
+        assert restored["spec"] == user["spec"]
+    # Argo CD keeps syncing: nothing of kvtier's comes back, nothing of the user's goes.
+    for user in (prefill_decode(), multi_node()):
+        argo_sync(admin_api, ns, copy.deepcopy(user))
+    for user in applied.values():
+        assert live(admin_api, ns, user)["spec"] == user["spec"]
