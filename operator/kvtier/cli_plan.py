@@ -64,6 +64,7 @@ _FLAGS = {
     "availableDiskTypes": "--disks",
     "evictionPolicy": "--eviction-policy",
     "baselineTTFTSeconds": "--ttft",
+    "prefillSecondsPerToken": "--prefill-time",
     "tierP99Seconds": "--tier-p99",
     "tierBandwidth": "--tier-bandwidth",
     "gpuKVCacheBytes": "--gpu-kv-cache",
@@ -171,6 +172,11 @@ def _add_plan(subparsers: Subparsers) -> None:
     )
     disk.add_argument("--ttft", metavar="SECONDS", help="baseline TTFT, offload off")
     disk.add_argument(
+        "--prefill-time",
+        metavar="SECONDS",
+        help="measured prefill compute seconds per token (preferred to TTFT ÷ context)",
+    )
+    disk.add_argument(
         "--tier-p99", action="append", default=[], metavar="TIER=SECONDS", help="fio p99"
     )
     disk.add_argument(
@@ -248,6 +254,7 @@ def sizing_input(args: argparse.Namespace) -> SizingInput:
         "gpu_memory_bytes": ("--gpu-memory", parse_size),
         "model_weights_bytes": ("--weights", parse_size),
         "baseline_ttft_seconds": ("--ttft", parse_seconds),
+        "prefill_seconds_per_token": ("--prefill-time", parse_seconds),
     }
     for name, (flag, parse) in optional.items():
         value = getattr(args, flag[2:].replace("-", "_"))
@@ -498,6 +505,7 @@ def render_plan(result: SizingPlan, console: Console) -> None:
                 else "",
                 f"restore {t.restore_seconds:g} s" if t.restore_seconds is not None else "",
                 f"recompute {t.recompute_seconds:g} s" if t.recompute_seconds is not None else "",
+                f"decided by {t.decided_by} view" if t.decided_by else "",
             ]
             verdict = "unknown" if t.beneficial is None else str(t.beneficial).lower()
             tiers.add_row(

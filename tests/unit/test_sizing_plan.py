@@ -247,7 +247,7 @@ def test_restore_wins_when_long_and_fast() -> None:
     assert nvme.reason.startswith("restore wins")
 
 
-def test_bandwidth_limit_makes_recompute_win() -> None:
+def test_bandwidth_limit_loses_per_request_and_wins_under_load() -> None:
     result = plan(
         _input(
             cpu_bytes=64 * GB,
@@ -259,8 +259,27 @@ def test_bandwidth_limit_makes_recompute_win() -> None:
         )
     )
     (ceph,) = (t for t in result.tiers if t.selected)
-    assert ceph.beneficial is False
-    assert "takes" in ceph.reason and "crossover" not in ceph.reason  # names the failing check
+    assert ceph.beneficial is True and ceph.decided_by == "throughput"
+    assert ceph.latency is not None and ceph.latency.beneficial is False
+    assert "takes" in ceph.latency.reason and "crossover" not in ceph.latency.reason
+
+
+def test_both_views_losing_makes_recompute_win() -> None:
+    # 500-token contexts: the 1.13 s tail costs more than the prefill a restore saves.
+    result = plan(
+        _input(
+            average_context_tokens=500,
+            disk_type="CephFS",
+            cpu_bytes=64 * GB,
+            concurrent_sessions=4,
+            replicas=2,
+            baseline_ttft_seconds=0.6,
+            tier_p99_seconds={"CephFS": 1.13},
+            tier_bandwidth_bytes_per_second={"CephFS": 205e6},
+        )
+    )
+    (ceph,) = (t for t in result.tiers if t.selected)
+    assert ceph.beneficial is False and ceph.decided_by == "both"
     assert any(w.startswith("CephFS tier: recompute wins") for w in result.warnings)
 
 

@@ -1,21 +1,40 @@
 """Is a probed disk tier worth using? Restore vs recompute from a probe result.
 
-The math (crossover L = T_p99 / t_prefill, bandwidth-limited restore time) is
-kvtier.sizing.tiers.assess_tier; this adds what a controller needs on top: a condition
-reason, the object-store tail-latency ceiling from the KVCachePolicy, and buffered results.
+The two views (latency: one request on an idle server; throughput: a loaded server, where a
+restore costs no GPU time) are kvtier.sizing.tiers.assess_tier; this adds what a controller
+needs on top: a condition reason naming the view that decided, observed evidence from the
+server's own metrics (which outranks the model), the object-store tail-latency ceiling from
+the KVCachePolicy, and buffered results. A tier is never judged not beneficial on the model
+alone when its views disagree or a figure is missing: that verdict is Unknown, not False.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from kvtier.api.tier import ProbeResult
 from kvtier.policy.effective import BUILTIN_DEFAULTS
 from kvtier.sizing import assess_tier, normalize_disk_type
+from kvtier.sizing.tiers import LatencyView, ThroughputView
 
 _STATUS_KEYS = frozenset(f.alias or name for name, f in ProbeResult.model_fields.items())
+
+
+@dataclass(frozen=True)
+class ObservedEvidence:
+    """What the model server's own metrics say of the tier over a window (TierEffective).
+
+    status True: it serves hits and restoring beats recomputing by the observed numbers;
+    False: it does not; Unknown: too little traffic to tell. prefill_seconds_per_token is the
+    measured prefill compute time, which the model's views use instead of TTFT ÷ context.
+    """
+
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str
+    prefill_seconds_per_token: float | None = None
 
 
 @dataclass(frozen=True)
@@ -30,6 +49,9 @@ class TierVerdict:
     degraded: bool
     reason: str  # CamelCase, for a condition
     message: str
+    decided_by: str | None = None  # observed | latency | throughput | both
+    latency: LatencyView | None = None
+    throughput: ThroughputView | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -41,6 +63,9 @@ class TierVerdict:
             "degraded": self.degraded,
             "reason": self.reason,
             "message": self.message,
+            "decidedBy": self.decided_by,
+            "latency": None if self.latency is None else self.latency.as_dict(),
+            "throughput": None if self.throughput is None else self.throughput.as_dict(),
         }
 
 
@@ -53,11 +78,16 @@ def gate_tier(
     object_store_max_p99: float | None = BUILTIN_DEFAULTS.object_store_max_p99_seconds,
     *,
     block_tokens: int = BUILTIN_DEFAULTS.block_size_tokens,
+    share: float = 1.0,
+    bytes_per_token: int | None = None,
+    observed: ObservedEvidence | None = None,
 ) -> TierVerdict:
     """Judge one tier from its probe (a ProbeResult or its camelCase dict, as in status).
 
     kind: NVMe, CephFS or ObjectStore (any case). An ObjectStore tier whose p99 exceeds
-    `object_store_max_p99` is degraded: its tail lands directly in TTFT.
+    `object_store_max_p99` is degraded: its tail lands directly in TTFT. share: the part of an
+    average prefix expected from the tier (kvtier.sizing.tier_share; 1 when unknown).
+    observed: the TierEffective evidence, when the server's metrics give one.
     """
     tier = normalize_disk_type(kind, "kind")
     probe = (
@@ -70,11 +100,12 @@ def gate_tier(
     )
     p99 = None if probe is None else probe.p99_seconds
     bandwidth = None if probe is None else probe.bandwidth_bytes_per_second
+    measured_prefill = None if observed is None else observed.prefill_seconds_per_token
     if p99 is None and not bandwidth:
         return TierVerdict(
             beneficial=None,
             crossover_tokens=None,
-            prefill_seconds_per_token=None,
+            prefill_seconds_per_token=measured_prefill,
             restore_seconds=None,
             recompute_seconds=baseline_ttft,
             degraded=False,
@@ -91,6 +122,9 @@ def gate_tier(
         p99_seconds=p99,
         # A zero bandwidth means no reads completed: not a measurement to divide by.
         bandwidth=float(bandwidth) if bandwidth else None,
+        share=share,
+        bytes_per_token=bytes_per_token,
+        prefill_seconds_per_token=measured_prefill,
     )
     measured = f"p99 {p99:g} s" if p99 is not None else "p99 unknown"
     if bandwidth:
@@ -105,24 +139,38 @@ def gate_tier(
         and p99 is not None
         and p99 > object_store_max_p99
     )
+    beneficial = assessment.beneficial
+    decided_by = assessment.decided_by
     if degraded:
         reason = "TailLatencyAboveCeiling"
         notes.insert(
             1, f"p99 {p99:g} s exceeds the policy's object-store ceiling {object_store_max_p99:g} s"
         )
-    elif baseline_ttft is None:
+    elif observed is not None and observed.status != "Unknown":
+        # The server's own counters outrank any model of it.
+        beneficial = observed.status == "True"
+        decided_by = "observed"
+        reason = "ObservedRestoreWins" if beneficial else "ObservedRecomputeWins"
+        notes.insert(1, f"observed ({observed.reason}): {observed.message}; the model says")
+    elif assessment.latency is None:
         reason = "NoBaselineTTFT"
-    else:  # a baseline and at least one measurement always give a verdict
-        reason = "RestoreWins" if assessment.beneficial else "RecomputeWins"
+    elif beneficial is None:
+        reason = "NothingToRestore" if assessment.latency.tier_tokens == 0 else "ViewsDisagree"
+    elif beneficial:
+        reason = "RestoreWinsUnderLoad" if decided_by == "throughput" else "RestoreWins"
+    else:
+        reason = "RecomputeWins"
+    latency = assessment.latency
     return TierVerdict(
-        beneficial=assessment.beneficial,
+        beneficial=beneficial,
         crossover_tokens=assessment.crossover_tokens,
-        prefill_seconds_per_token=(
-            None if baseline_ttft is None else baseline_ttft / context_tokens
-        ),
+        prefill_seconds_per_token=None if latency is None else latency.prefill_seconds_per_token,
         restore_seconds=assessment.restore_seconds,
         recompute_seconds=assessment.recompute_seconds,
         degraded=degraded,
         reason=reason,
         message="; ".join(notes),
+        decided_by=decided_by,
+        latency=latency,
+        throughput=assessment.throughput,
     )

@@ -23,7 +23,13 @@ from kvtier.sizing.geometry import (
 )
 from kvtier.sizing.offload import OffloadLayout, offload_layout
 from kvtier.sizing.releases import DEFAULT_VLLM_VERSION, VLLMRelease, vllm_release
-from kvtier.sizing.tiers import DISK_TYPES, TierAssessment, assess_tier
+from kvtier.sizing.tiers import (
+    DISK_TYPES,
+    SHARED_DISK_TYPES,
+    TierAssessment,
+    assess_tier,
+    tier_share,
+)
 from kvtier.sizing.topology import choose_topology
 from kvtier.sizing.units import human_bytes
 from kvtier.sizing.vllm import kv_transfer_config
@@ -81,6 +87,9 @@ class SizingInput:
     baseline_ttft_seconds: float | None = None
     tier_p99_seconds: Mapping[str, float] = field(default_factory=dict)
     tier_bandwidth_bytes_per_second: Mapping[str, float] = field(default_factory=dict)
+    # Prefill compute seconds per token when measured (vLLM's prefill time over the tokens it
+    # computed); better than baseline TTFT ÷ context, which on a loaded server is queueing.
+    prefill_seconds_per_token: float | None = None
     # GPU KV cache, for the "CPU tier only mirrors HBM" warning: given, or estimated as
     # GPUs × HBM × utilization − weights when HBM and weights are both known; else no check.
     gpu_kv_cache_bytes: int | None = None
@@ -160,6 +169,8 @@ class SizingInput:
                     raise SizingError(name, f"{disk} must be greater than zero, got {value}")
         if self.baseline_ttft_seconds is not None and not self.baseline_ttft_seconds > 0:
             raise SizingError("baselineTTFTSeconds", "must be greater than zero")
+        if self.prefill_seconds_per_token is not None and not self.prefill_seconds_per_token > 0:
+            raise SizingError("prefillSecondsPerToken", "must be greater than zero")
 
 
 @dataclass(frozen=True)
@@ -329,7 +340,7 @@ def plan(inp: SizingInput) -> SizingPlan:
     disk_size = disk_bytes(topo.disk, sized.working_set, sized.context * inp.concurrent_sessions)
     decisions["diskBytes"] = _disk_why(topo.disk)
 
-    tiers = _assess_tiers(inp, topo.disk, layout.chunk_bytes)
+    tiers = _assess_tiers(inp, topo.disk, layout.chunk_bytes, sized)
     if any(t.name == "ObjectStore" for t in tiers):
         warnings.append(_OBJECT_STORE_WARNING)
     for tier in tiers:
@@ -648,7 +659,9 @@ def _check_mirrors_hbm(inp: SizingInput, cpu: int, warnings: list[str]) -> None:
         )
 
 
-def _assess_tiers(inp: SizingInput, disk: str | None, block: int) -> tuple[TierAssessment, ...]:
+def _assess_tiers(
+    inp: SizingInput, disk: str | None, block: int, sized: _Sized
+) -> tuple[TierAssessment, ...]:
     # Every disk type that could be chosen or was measured, in a stable order.
     names = [
         d
@@ -668,6 +681,9 @@ def _assess_tiers(inp: SizingInput, disk: str | None, block: int) -> tuple[TierA
             ttft_seconds=inp.baseline_ttft_seconds,
             p99_seconds=inp.tier_p99_seconds.get(name),
             bandwidth=inp.tier_bandwidth_bytes_per_second.get(name),
+            share=tier_share(sized.cpu, sized.working_set, inp.replicas, name in SHARED_DISK_TYPES),
+            bytes_per_token=sized.per_token,
+            prefill_seconds_per_token=inp.prefill_seconds_per_token,
         )
         for name in names
     )
