@@ -75,6 +75,12 @@ def register(subparsers: Subparsers) -> None:
     w.add_argument("--think", metavar="SECONDS", help="mean tool time between turns")
     w.add_argument("--replicas", type=int, help="model-server replicas")
     w.add_argument("--routing", choices=("random", "sticky"), help="session → replica")
+    w.add_argument(
+        "--restore-policy",
+        choices=("always", "faster"),
+        help="always: restore every hit, as vLLM does (default); faster: skip a disk restore "
+        "the tier's queue makes slower than recomputing",
+    )
     t = p.add_argument_group("tiers")
     t.add_argument("--cpu", metavar="SIZE", help="CPU tier (cpu_bytes_to_use) or auto")
     t.add_argument("--node-memory", metavar="SIZE", help="node memory (caps an auto CPU tier)")
@@ -148,6 +154,8 @@ def sim_config(args: argparse.Namespace) -> SimConfig:
         changes["replicas"] = args.replicas
     if args.routing:
         changes["routing"] = args.routing
+    if args.restore_policy:
+        changes["restore_policy"] = args.restore_policy
     if args.cpu:
         changes["cpu_bytes"] = None if args.cpu == "auto" else parse_size(args.cpu, "cpu.size")
     if args.node_memory:
@@ -216,7 +224,7 @@ def render(result: Simulation, console: Console) -> None:
     disk = c.disk
     lines = [
         f"{c.model} at TP {c.tensor_parallel_size} on {c.tensor_parallel_size}×{c.gpu.name}, "
-        f"{c.replicas} replica(s), {c.routing} routing",
+        f"{c.replicas} replica(s), {c.routing} routing, restore {c.restore_policy}",
         f"{c.workload.sessions} sessions, ~{c.workload.average_context_tokens:,}-token prompts, "
         f"{c.duration_seconds - c.warmup_seconds:g} s measured after {c.warmup_seconds:g} s "
         f"warm-up, seed {c.seed}",

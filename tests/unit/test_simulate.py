@@ -86,6 +86,21 @@ def test_several_replicas_cpu_only_falls_back_to_recompute_cephfs_keeps_reuse() 
     assert shared["disk"] > 0.3
 
 
+def test_a_load_aware_restore_policy_skips_restores_the_queue_would_make_slow() -> None:
+    # Three replicas on a 2 GB/s shared tier: restoring every hit queues the reads while the
+    # requests hold their GPU blocks; skipping the restores that would wait longer than a
+    # recompute keeps part of the reuse and the throughput.
+    config = study_config(
+        replicas=3, disk=dataclasses.replace(STUDY_CEPHFS, bandwidth_bytes_per_second=2e9)
+    )
+    config = dataclasses.replace(config, workload=dataclasses.replace(config.workload, sessions=42))
+    always = simulate(config).by_scenario("cpu+disk")
+    faster = simulate(dataclasses.replace(config, restore_policy="faster")).by_scenario("cpu+disk")
+    assert always.throughput_ratio < 1 < faster.throughput_ratio
+    assert 0 < faster.hit_ratios["disk"] < always.hit_ratios["disk"]
+    assert faster.ttft_mean < always.ttft_mean
+
+
 def test_a_seed_reproduces_the_run_exactly_and_another_seed_does_not() -> None:
     short = study_config(duration_seconds=900, warmup_seconds=100)
     first, again = simulate(short).as_dict(), simulate(short).as_dict()
@@ -129,6 +144,7 @@ def test_the_auto_cpu_tier_is_kvtiers_own_for_the_node() -> None:
     [
         ({"replicas": 0}, "replicas"),
         ({"routing": "nearest"}, "routing"),
+        ({"restore_policy": "never"}, "restorePolicy"),
         ({"parameters": 2e12}, "parameters"),  # weights larger than the GPUs
         ({"warmup_seconds": 4000.0}, "warmupSeconds"),
         ({"scenarios": ("gpu",)}, "scenarios"),

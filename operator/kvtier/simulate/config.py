@@ -17,6 +17,9 @@ GiB = 1 << 30
 TiB = 1 << 40
 SCENARIOS = ("none", "cpu", "cpu+disk")
 ROUTINGS = ("random", "sticky")
+# always: every hit is restored, as vLLM does; faster: a disk restore that the tier's queue
+# would make slower than recomputing the part is skipped (a load-aware what-if).
+RESTORE_POLICIES = ("always", "faster")
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,7 @@ class SimConfig:
     decode_tokens_per_second: float | None = None  # one sequence; None: from HBM bandwidth
     replicas: int = 1
     routing: str = "random"
+    restore_policy: str = "always"
     node_memory_bytes: int | None = 2 * TiB  # DGX H100 system memory
     cpu_bytes: int | None = None  # None: kvtier's auto CPU tier for the node
     disk: DiskTier | None = STUDY_NVME
@@ -153,6 +157,8 @@ class SimConfig:
             raise SizingError("warmupSeconds", "must be zero or more and below the duration")
         if self.routing not in ROUTINGS:
             raise SizingError("routing", f"use {'|'.join(ROUTINGS)}")
+        if self.restore_policy not in RESTORE_POLICIES:
+            raise SizingError("restorePolicy", f"use {'|'.join(RESTORE_POLICIES)}")
         unknown = [s for s in self.scenarios if s not in SCENARIOS]
         if unknown or not self.scenarios:
             raise SizingError("scenarios", f"use some of {', '.join(SCENARIOS)}")

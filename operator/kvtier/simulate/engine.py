@@ -8,8 +8,10 @@ whichever is longer. A request is admitted only when its prompt and output fit i
 KV cache; admission takes its prefix from the GPU prefix cache, then from the CPU tier, then
 from the disk tier, and only what none holds is computed. Restores cost no GPU time: the
 request waits for its copies (a disk tier's bandwidth is one queue, shared by all replicas
-when the tier is shared) while the GPU serves others. Computed prompt blocks are stored in
-the CPU tier and written through to the disk tier (vLLM offloads prompts only by default).
+when the tier is shared) while the GPU serves others; with restore_policy "faster" a request
+recomputes its disk part instead when the queue would make the restore slower than that.
+Computed prompt blocks are stored in the CPU tier and written through to the disk tier (vLLM
+offloads prompts only by default).
 """
 
 from __future__ import annotations
@@ -58,14 +60,23 @@ class Stats:
 
 
 class DiskTierModel:
-    """A secondary tier's contents and its bandwidth, a queue of restores."""
+    """A secondary tier's contents and its bandwidth: restores are served one after another."""
 
-    def __init__(self, env: simpy.Environment, tokens: int, config: SimConfig) -> None:
+    def __init__(self, tokens: int, config: SimConfig, derived: Derived) -> None:
         assert config.disk is not None
         self.cache = PrefixLRU(tokens, config.block_tokens)
-        self.link = simpy.Resource(env, capacity=1)
         self.p99 = config.disk.p99_seconds
         self.bandwidth = config.disk.bandwidth_bytes_per_second
+        self.block_tokens = derived.block_tokens
+        self.block_bytes = derived.block_tokens * derived.bytes_per_token
+        self.free_at = 0.0  # when the restores queued so far have all been read
+
+    def done_at(self, now: float, tokens: int) -> float:
+        """When a restore of `tokens` queued now would have its last block read."""
+        transfer = bandwidth_restore_seconds(
+            tokens, self.block_tokens, self.block_bytes, self.bandwidth
+        )
+        return max(now, self.free_at) + transfer + self.p99  # the slowest block lands last
 
 
 class Replica:
@@ -85,6 +96,7 @@ class Replica:
         self.gpu = PrefixLRU(self.capacity, derived.block_tokens)
         self.cpu = PrefixLRU(derived.cpu_tokens, derived.block_tokens) if cpu else None
         self.disk = disk
+        self.load_aware = config.restore_policy == "faster"
         self.stats = stats
         self.budget = config.max_batched_tokens
         self.reserved = 0
@@ -119,30 +131,38 @@ class Replica:
             cpu = disk = 0
             if self.cpu is not None:
                 cpu = max(0, min(self.cpu.cached(key), top) - gpu)
+            read_by = self.env.now
             if self.disk is not None:
                 disk = max(0, min(self.disk.cache.cached(key), top) - gpu - cpu)
+                if disk:
+                    read_by = self.disk.done_at(self.env.now, disk)
+                    if self.load_aware and read_by - self.env.now >= self._compute(
+                        disk, self.system + gpu + cpu
+                    ):
+                        disk = 0  # the queue is too long: computing the part is sooner
+                    else:
+                        self.disk.free_at = read_by - self.disk.p99
             request.hits = (gpu + self.system, cpu, disk)
             request.position = self.system + gpu + cpu + disk
             if cpu or disk:
-                self.env.process(self.restore(request, cpu, disk))
+                self.env.process(self.restore(request, cpu, disk, read_by if disk else 0.0))
             else:
                 self.start_prefill(request)
 
-    def restore(self, request: Request, cpu: int, disk: int) -> Process:
+    def _compute(self, tokens: int, start: int) -> float:
+        """Seconds the GPUs take to prefill `tokens` after `start` cached ones, if idle."""
+        d = self.d
+        pair = d.attention_seconds_per_token_pair
+        return tokens * (d.prefill_seconds_per_token + pair * (start + tokens / 2))
+
+    def restore(self, request: Request, cpu: int, disk: int, read_by: float) -> Process:
         """Copy the CPU and disk parts of a prefix to the GPU; the GPU computes meanwhile."""
         d = self.d
         held = request.position - self.system
         if disk:
-            tier = self.disk
-            assert tier is not None
-            tier.cache.touch(request.key, held)
-            block_bytes = d.block_tokens * d.bytes_per_token
-            with tier.link.request() as turn:
-                yield turn
-                yield self.env.timeout(
-                    bandwidth_restore_seconds(disk, d.block_tokens, block_bytes, tier.bandwidth)
-                )
-            yield self.env.timeout(tier.p99)  # the slowest block lands last
+            assert self.disk is not None
+            self.disk.cache.touch(request.key, held)
+            yield self.env.timeout(read_by - self.env.now)
         if self.cpu is not None:  # disk reads are staged through the CPU tier
             self.cpu.touch(request.key, held)
         yield self.env.timeout((cpu + disk) * d.bytes_per_token / d.host_link_bytes_per_second)
@@ -222,7 +242,7 @@ def run_scenario(config: SimConfig, derived: Derived, scenario: str) -> Stats:
     cpu = scenario != "none"
     shared_disk: DiskTierModel | None = None
     if scenario == "cpu+disk" and config.disk is not None and config.disk.shared:
-        shared_disk = DiskTierModel(env, derived.disk_tokens, config)
+        shared_disk = DiskTierModel(derived.disk_tokens, config, derived)
     replicas = [
         Replica(
             env,
@@ -231,7 +251,7 @@ def run_scenario(config: SimConfig, derived: Derived, scenario: str) -> Stats:
             cpu,
             shared_disk
             if shared_disk is not None or scenario != "cpu+disk"
-            else DiskTierModel(env, derived.disk_tokens, config),
+            else DiskTierModel(derived.disk_tokens, config, derived),
             stats,
         )
         for _ in range(config.replicas)

@@ -60,6 +60,7 @@ class Simulation:
             "gpu": c.gpu.name,
             "replicas": c.replicas,
             "routing": c.routing,
+            "restorePolicy": c.restore_policy,
             "disk": None
             if disk is None
             else {
