@@ -7,7 +7,8 @@ import json
 import pytest
 
 from kvtier.cli import main
-from kvtier.policy.gate import ObservedEvidence, gate_tier
+from kvtier.policy.gate import ObservedEvidence, gate_tier, plan_share
+from kvtier.sizing import SizingInput, lookup_model, plan
 from kvtier.sizing.tiers import tier_share
 
 NEMOTRON_BLOCK = 4_194_304  # 16 tokens × 262,144 B
@@ -134,3 +135,41 @@ def test_a_tail_longer_than_the_prefill_it_saves_loses_both_views() -> None:
 )
 def test_tier_share(cpu: int, working_set: int, replicas: int, shared: bool, share: float) -> None:
     assert tier_share(cpu, working_set, replicas, shared) == pytest.approx(share)
+
+
+def test_the_operator_gate_gets_the_plans_share_and_agrees_with_kvtier_plan() -> None:
+    sp = plan(
+        SizingInput(
+            geometry=lookup_model("nemotron-ultra"),
+            average_context_tokens=CONTEXT,
+            concurrent_sessions=64,
+            replicas=3,
+            tensor_parallel_size=8,
+            disk_type="CephFS",
+            baseline_ttft_seconds=60,
+            tier_p99_seconds={"CephFS": 0.05},
+            tier_bandwidth_bytes_per_second={"CephFS": 205e6},
+        )
+    )
+    assert plan_share(sp) == pytest.approx(2 / 3)
+    probe = {"p99Seconds": 0.05, "bandwidthBytesPerSecond": 205_000_000}
+    v = gate_tier(
+        probe,
+        sp.sizing.block_bytes,
+        CONTEXT,
+        60.0,
+        "CephFS",
+        share=plan_share(sp),
+        bytes_per_token=sp.sizing.bytes_per_token,
+    )
+    (chosen,) = (t for t in sp.tiers if t.selected)
+    assert (
+        (v.beneficial, v.decided_by)
+        == (chosen.beneficial, chosen.decided_by)
+        == (
+            True,
+            "throughput",
+        )
+    )
+    assert v.reason == "RestoreWinsUnderLoad"
+    assert v.latency == chosen.latency and v.throughput == chosen.throughput

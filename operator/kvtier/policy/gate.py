@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from kvtier.api.tier import ProbeResult
 from kvtier.policy.effective import BUILTIN_DEFAULTS
-from kvtier.sizing import assess_tier, normalize_disk_type
-from kvtier.sizing.tiers import LatencyView, ThroughputView
+from kvtier.sizing import SizingPlan, assess_tier, normalize_disk_type
+from kvtier.sizing.tiers import SHARED_DISK_TYPES, LatencyView, ThroughputView, tier_share
 
 _STATUS_KEYS = frozenset(f.alias or name for name, f in ProbeResult.model_fields.items())
 
@@ -67,6 +67,16 @@ class TierVerdict:
             "latency": None if self.latency is None else self.latency.as_dict(),
             "throughput": None if self.throughput is None else self.throughput.as_dict(),
         }
+
+
+def plan_share(sp: SizingPlan) -> float:
+    """The part of an average prefix expected from the plan's disk tier (1 without one)."""
+    if sp.disk is None:
+        return 1.0
+    s = sp.sizing
+    return tier_share(
+        s.cpu_bytes_to_use, s.working_set_bytes, sp.input.replicas, sp.disk in SHARED_DISK_TYPES
+    )
 
 
 def gate_tier(
