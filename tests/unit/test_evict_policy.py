@@ -1,10 +1,14 @@
-"""The pure parts of `kvtier evict`: watermarks, protection, LRU order, vLLM's names."""
+"""The parts of `kvtier evict` that decide: watermarks, protection, LRU order, vLLM's names,
+and the compact list of candidates rebuilding the paths it scanned."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 
-from kvtier.evict import layout
+from kvtier.evict import layout, open_tier_dir
 from kvtier.evict.policy import (
     Bound,
     Watermarks,
@@ -14,6 +18,8 @@ from kvtier.evict.policy import (
     last_use,
     lru_order,
 )
+from kvtier.evict.scan import scan
+from tests.unit.evict_tree import BASE, block_path, make_tier, write_block
 
 GiB = 1 << 30
 
@@ -91,11 +97,34 @@ def test_vllm_names() -> None:
     assert not layout.is_rank_dir("meta-llama_Llama-3.1-70B_0123456789ab")  # config.json's
     assert not layout.is_rank_dir("data_r0")
     assert layout.is_prefix_dir("3fa") and not layout.is_prefix_dir("3fa9")
-    assert layout.group_dir_prefix("9c_g0") == "9c"
-    assert layout.group_dir_prefix("9c_g12") == "9c"
-    assert layout.group_dir_prefix("9c") is None
-    assert layout.is_block_file(f"{h}.bin", "3fa9c")
-    assert layout.is_block_file(f"{h}.bin_8812093471.tmp", "3fa9c")  # a writer's temporary
-    assert not layout.is_block_file(f"{h}.bin", "3fa9d")  # not in its hash's directory
-    assert not layout.is_block_file("config.json", "")
-    assert not layout.is_block_file(f"{h}.bin.bak", "3fa9c")
+    assert layout.group_dir("9c_g0") == ("9c", 0)
+    assert layout.group_dir("9c_g12") == ("9c", 12)
+    assert layout.group_dir("9c_g012") is None  # would not rebuild as the same name
+    assert layout.group_dir("9c") is None
+    assert layout.block_kind(f"{h}.bin", "3fa9c") == layout.BLOCK
+    assert layout.block_kind(f"{h}.bin_8812093471.tmp", "3fa9c") == layout.TEMPORARY
+    assert layout.block_kind(f"{h}.bin", "3fa9d") == layout.NOT_A_BLOCK  # another's directory
+    assert layout.block_kind("config.json", "") == layout.NOT_A_BLOCK
+    assert layout.block_kind(f"{h}.bin.bak", "3fa9c") == layout.NOT_A_BLOCK
+    assert layout.block_dirs(h, 3) == "3fa/9c_g3"
+
+
+def test_candidate_paths_rebuild_as_scanned(tmp_path: Path) -> None:
+    """A block's path is kept as (rank, hash, group) and rebuilt: it must be the same text
+    the scan found, for every kind of name (a temporary file keeps its path as text)."""
+    now = time.time()
+    paths = make_tier(tmp_path, 50, oldest=now - 86400)
+    paths.append(write_block(block_path(tmp_path, 60, rank=3, group=17), now - 86400))
+    short = "abcde" + "1" * 27  # xxhash-sized: 16 bytes
+    paths.append(write_block(tmp_path / f"{BASE}_r0/abc/de_g0/{short}.bin", now - 86400))
+    odd = "abcde" + "1" * 26  # an odd number of digits cannot be packed
+    paths.append(write_block(tmp_path / f"{BASE}_r0/abc/de_g0/{odd}.bin", now - 86400))
+    paths.append(write_block(Path(f"{block_path(tmp_path, 61)}_42.tmp"), now - 86400))
+    tier = open_tier_dir(str(tmp_path))
+    try:
+        found = scan(tier, now, 0).candidates
+    finally:
+        tier.close()
+    rebuilt = {found.path(i) for i in range(len(found))}
+    assert rebuilt == {str(p.relative_to(tmp_path)) for p in paths}
+    assert len(found.paths) == 2, "only the odd hash and the temporary file are kept as text"

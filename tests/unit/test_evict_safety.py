@@ -76,7 +76,7 @@ def test_a_directory_swapped_for_a_symlink_after_the_scan(dirs: tuple[Path, Path
         decoy = outside / "decoy"
         path.parent.rename(decoy)
         path.parent.symlink_to(decoy)
-        outcome, freed = Remover(tier, 0).remove(found.paths[0], found.used_at[0], found.inodes[0])
+        outcome, freed = Remover(tier, 0).remove(found.path(0), found.used_at[0], found.inodes[0])
     finally:
         tier.close()
     assert outcome is Outcome.FAILED and freed == 0  # ELOOP: O_NOFOLLOW refused the symlink
@@ -93,11 +93,11 @@ def test_a_block_replaced_after_the_scan_is_kept(tmp_path: Path) -> None:
         fresh.write_bytes(b"new")
         os.utime(fresh, (time.time() - DAY, time.time() - DAY))  # even with an old time
         fresh.replace(path)
-        outcome, _ = Remover(tier, 0).remove(found.paths[0], found.used_at[0], found.inodes[0])
+        outcome, _ = Remover(tier, 0).remove(found.path(0), found.used_at[0], found.inodes[0])
         assert outcome is Outcome.REFUSED
         found = scan(tier, time.time(), 0).candidates
         os.utime(path, (time.time(), path.stat().st_mtime))  # read since the scan: in use
-        outcome, _ = Remover(tier, 0).remove(found.paths[0], found.used_at[0], found.inodes[0])
+        outcome, _ = Remover(tier, 0).remove(found.path(0), found.used_at[0], found.inodes[0])
         assert outcome is Outcome.IN_USE
     finally:
         tier.close()
@@ -110,10 +110,10 @@ def test_a_file_that_vanished_is_normal(tmp_path: Path) -> None:
     try:
         found = scan(tier, time.time(), 0).candidates
         path.unlink()
-        outcome, _ = Remover(tier, 0).remove(found.paths[0], found.used_at[0], found.inodes[0])
+        outcome, _ = Remover(tier, 0).remove(found.path(0), found.used_at[0], found.inodes[0])
         assert outcome is Outcome.VANISHED
         path.parent.rmdir()
-        outcome, _ = Remover(tier, 0).remove(found.paths[0], found.used_at[0], found.inodes[0])
+        outcome, _ = Remover(tier, 0).remove(found.path(0), found.used_at[0], found.inodes[0])
         assert outcome is Outcome.VANISHED
     finally:
         tier.close()

@@ -20,8 +20,10 @@ import re
 
 _RANK_DIR = re.compile(r".+_[0-9a-f]{12}_r[0-9]+")
 _PREFIX_DIR = re.compile(r"[0-9a-f]{3}")
-_GROUP_DIR = re.compile(r"([0-9a-f]{2})_g[0-9]+")
-_BLOCK = re.compile(r"([0-9a-f]{5,})\.bin(?:_[0-9]+\.tmp)?")
+_GROUP_DIR = re.compile(r"([0-9a-f]{2})_g(0|[1-9][0-9]*)")
+_BLOCK = re.compile(r"([0-9a-f]{5,})\.bin(_[0-9]+\.tmp)?")
+
+NOT_A_BLOCK, BLOCK, TEMPORARY = range(3)
 
 
 def is_rank_dir(name: str) -> bool:
@@ -34,14 +36,21 @@ def is_prefix_dir(name: str) -> bool:
     return _PREFIX_DIR.fullmatch(name) is not None
 
 
-def group_dir_prefix(name: str) -> str | None:
-    """`<hh>_g<group>` → `<hh>` (the 4th and 5th hex digits), else None."""
+def group_dir(name: str) -> tuple[str, int] | None:
+    """`<hh>_g<group>` → (`<hh>`, the 4th and 5th hex digits; group), else None."""
     match = _GROUP_DIR.fullmatch(name)
-    return match[1] if match else None
+    return (match[1], int(match[2])) if match else None
 
 
-def is_block_file(name: str, prefix: str) -> bool:
-    """`<hash>.bin` (or its temporary `<hash>.bin_<n>.tmp`) with a hash starting with prefix,
-    the five hex digits its two directories spell."""
+def block_kind(name: str, prefix: str) -> int:
+    """BLOCK for `<hash>.bin`, TEMPORARY for a writer's `<hash>.bin_<n>.tmp`, with a hash
+    starting with prefix (the five hex digits its two directories spell); else NOT_A_BLOCK."""
     match = _BLOCK.fullmatch(name)
-    return match is not None and match[1].startswith(prefix)
+    if match is None or not match[1].startswith(prefix):
+        return NOT_A_BLOCK
+    return TEMPORARY if match[2] else BLOCK
+
+
+def block_dirs(hash_hex: str, group: int) -> str:
+    """`<hhh>/<hh>_g<group>`: where vLLM puts the block with this hash."""
+    return f"{hash_hex[:3]}/{hash_hex[3:5]}_g{group}"

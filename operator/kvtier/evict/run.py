@@ -23,6 +23,7 @@ from kvtier.evict.scan import Candidates, scan
 from kvtier.evict.tier_dir import TierDir
 
 DEFAULT_INTERVAL_SECONDS = 60.0
+BATCH = 8192  # files deleted per batch: their paths, sorted, are all a pass holds as text
 
 
 @dataclass(frozen=True)
@@ -141,18 +142,19 @@ def _evict(
     stop: threading.Event | None,
 ) -> int:
     """Delete in least-recently-used order until `need` bytes are freed. Each batch (the
-    oldest files that would cover what is still needed) is deleted in path order, so that
-    neighbours share their directories' descriptors; files kept (in use, vanished) only make
-    the next batch reach further down the order."""
+    oldest files that would cover what is still needed, at most BATCH) is deleted in path
+    order, so that neighbours share their directories' descriptors; files kept (in use,
+    vanished) only make the next batch reach further down the order."""
     order = lru_order(found.used_at)
     remover = Remover(tier, options.protect_seconds, dry_run=options.dry_run, clock=clock)
     freed = 0
     start = 0
     try:
         while freed < need and start < len(order) and not (stop and stop.is_set()):
-            end = batch_end(order, start, found.sizes, need - freed)
-            for i in sorted(order[start:end], key=found.paths.__getitem__):
-                outcome, size = remover.remove(found.paths[i], found.used_at[i], found.inodes[i])
+            end = min(batch_end(order, start, found.sizes, need - freed), start + BATCH)
+            batch = sorted((found.path(i), i) for i in order[start:end])
+            for path, i in batch:
+                outcome, size = remover.remove(path, found.used_at[i], found.inodes[i])
                 freed += size
                 if outcome is Outcome.REMOVED:
                     result.evicted_files += 1

@@ -12,7 +12,15 @@ import os
 from array import array
 from dataclasses import dataclass, field
 
-from kvtier.evict.layout import group_dir_prefix, is_block_file, is_prefix_dir, is_rank_dir
+from kvtier.evict.layout import (
+    BLOCK,
+    NOT_A_BLOCK,
+    block_dirs,
+    block_kind,
+    group_dir,
+    is_prefix_dir,
+    is_rank_dir,
+)
 from kvtier.evict.policy import is_protected, last_use
 from kvtier.evict.tier_dir import DIR_FLAGS, TierDir
 
@@ -23,18 +31,71 @@ MAX_NOTES = 5
 _ROOT, _RANK, _PREFIX, _GROUP, _OTHER = range(5)
 
 
+@dataclass(frozen=True)
+class _Place:
+    """A directory's place in vLLM's layout, and what its position tells about its files."""
+
+    state: int
+    rank: int = -1  # index into Candidates.rank_dirs
+    prefix: str = ""  # the hex digits of the hashes below
+    group: int = -1
+
+
+_OUTSIDE = _Place(_OTHER)
+
+
 @dataclass
 class Candidates:
-    """The block files old enough to delete, as parallel arrays: one str per file plus 24
-    bytes of numbers (a 600,000-file tier fits in about 100 MiB)."""
+    """The block files old enough to delete, in parallel arrays.
+
+    A block's path is rebuilt from its rank directory, hash and group (vLLM derives the
+    directories from the hash), so each costs about 70 bytes: a 600,000-file tier's list
+    fits in some 40 MiB. Files that do not rebuild that way (a writer's temporary file) keep
+    their path as text.
+    """
 
     used_at: array[float] = field(default_factory=lambda: array("d"))
     sizes: array[int] = field(default_factory=lambda: array("q"))
     inodes: array[int] = field(default_factory=lambda: array("Q"))
+    # ≥ 0: the offset of the block's hash in `hashes`; else -1 - (its index in `paths`).
+    slots: array[int] = field(default_factory=lambda: array("q"))
+    hash_bytes: array[int] = field(default_factory=lambda: array("B"))
+    ranks: array[int] = field(default_factory=lambda: array("H"))
+    groups: array[int] = field(default_factory=lambda: array("L"))
+    hashes: bytearray = field(default_factory=bytearray)
+    rank_dirs: list[str] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)  # relative to the tier directory
 
     def __len__(self) -> int:
-        return len(self.paths)
+        return len(self.used_at)
+
+    def path(self, i: int) -> str:
+        """File i's path, relative to the tier directory."""
+        slot = self.slots[i]
+        if slot < 0:
+            return self.paths[-1 - slot]
+        hash_hex = self.hashes[slot : slot + self.hash_bytes[i]].hex()
+        where = block_dirs(hash_hex, self.groups[i])
+        return f"{self.rank_dirs[self.ranks[i]]}/{where}/{hash_hex}.bin"
+
+    def add(self, used_at: float, size: int, inode: int) -> None:
+        self.used_at.append(used_at)
+        self.sizes.append(size)
+        self.inodes.append(inode)
+
+    def add_block(self, hash_hex: str, rank: int, group: int) -> None:
+        self.slots.append(len(self.hashes))
+        self.hashes += bytes.fromhex(hash_hex)
+        self.hash_bytes.append(len(hash_hex) // 2)
+        self.ranks.append(rank)
+        self.groups.append(group)
+
+    def add_path(self, path: str) -> None:
+        self.slots.append(-1 - len(self.paths))
+        self.paths.append(path)
+        self.hash_bytes.append(0)
+        self.ranks.append(0)
+        self.groups.append(0)
 
 
 @dataclass
@@ -53,7 +114,7 @@ class Scan:
 def scan(tier: TierDir, now: float, protect_seconds: float) -> Scan:
     """Count the tree under `tier` and collect its unprotected block files."""
     walker = _Walker(tier.dev, now, protect_seconds)
-    walker.walk(tier.fd, "", 0, _ROOT, "")
+    walker.walk(tier.fd, "", 0, _Place(_ROOT))
     return walker.result
 
 
@@ -64,7 +125,7 @@ class _Walker:
         self.protect_seconds = protect_seconds
         self.result = Scan()
 
-    def walk(self, fd: int, rel: str, depth: int, state: int, prefix: str) -> None:
+    def walk(self, fd: int, rel: str, depth: int, place: _Place) -> None:
         result = self.result
         found = result.candidates
         subdirs: list[str] = []
@@ -84,7 +145,11 @@ class _Walker:
                 result.files += 1
                 result.bytes += st.st_size
                 # A file with another name elsewhere (a hard link) is not one vLLM wrote.
-                if state != _GROUP or st.st_nlink != 1 or not is_block_file(entry.name, prefix):
+                if place.state != _GROUP or st.st_nlink != 1:
+                    continue
+                name = entry.name
+                kind = block_kind(name, place.prefix)
+                if kind == NOT_A_BLOCK:
                     continue
                 result.block_files += 1
                 result.block_bytes += st.st_size
@@ -93,18 +158,20 @@ class _Walker:
                     result.protected_files += 1
                     result.protected_bytes += st.st_size
                     continue
-                found.used_at.append(used_at)
-                found.sizes.append(st.st_size)
-                found.inodes.append(st.st_ino)
-                found.paths.append(f"{rel}/{entry.name}")
+                found.add(used_at, st.st_size, st.st_ino)
+                hash_hex = name[:-4]
+                if kind == BLOCK and len(hash_hex) % 2 == 0 and len(hash_hex) < 512:
+                    found.add_block(hash_hex, place.rank, place.group)
+                else:
+                    found.add_path(f"{rel}/{name}")
         for name in subdirs:
-            self._enter(fd, name, f"{rel}/{name}" if rel else name, depth + 1, state, prefix)
+            self._enter(fd, name, f"{rel}/{name}" if rel else name, depth + 1, place)
 
-    def _enter(self, parent: int, name: str, rel: str, depth: int, state: int, prefix: str) -> None:
+    def _enter(self, parent: int, name: str, rel: str, depth: int, place: _Place) -> None:
         if depth > MAX_DEPTH:
             self._skip(rel, f"deeper than {MAX_DEPTH} levels")
             return
-        state, prefix = _child(state, prefix, name)
+        child = self._child(place, name)
         try:
             fd = os.open(name, DIR_FLAGS, dir_fd=parent)
         except FileNotFoundError:
@@ -116,7 +183,7 @@ class _Walker:
             if os.fstat(fd).st_dev != self.dev:
                 self._skip(rel, "another file system is mounted there")
                 return
-            self.walk(fd, rel, depth, state, prefix)
+            self.walk(fd, rel, depth, child)
         except FileNotFoundError:  # removed while being listed
             pass
         except OSError as exc:
@@ -124,20 +191,21 @@ class _Walker:
         finally:
             os.close(fd)
 
+    def _child(self, place: _Place, name: str) -> _Place:
+        """The place of directory `name` inside one at `place`."""
+        if place.state == _ROOT and is_rank_dir(name):
+            ranks = self.result.candidates.rank_dirs
+            ranks.append(name)
+            return _Place(_RANK, rank=len(ranks) - 1)
+        if place.state == _RANK and is_prefix_dir(name):
+            return _Place(_PREFIX, rank=place.rank, prefix=name)
+        if place.state == _PREFIX:
+            group = group_dir(name)
+            if group is not None:
+                return _Place(_GROUP, place.rank, place.prefix + group[0], group[1])
+        return _OUTSIDE
+
     def _skip(self, rel: str, why: str) -> None:
         self.result.skipped_dirs += 1
         if len(self.result.notes) < MAX_NOTES:
             self.result.notes.append(f"{rel}: {why}")
-
-
-def _child(state: int, prefix: str, name: str) -> tuple[int, str]:
-    """The layout state and hash prefix of directory `name` inside one in `state`."""
-    if state == _ROOT and is_rank_dir(name):
-        return _RANK, ""
-    if state == _RANK and is_prefix_dir(name):
-        return _PREFIX, name
-    if state == _PREFIX:
-        group = group_dir_prefix(name)
-        if group is not None:
-            return _GROUP, prefix + group
-    return _OTHER, ""
