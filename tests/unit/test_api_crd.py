@@ -103,7 +103,7 @@ def test_tier_crd_names_scope_columns_and_status_subresource() -> None:
     version = spec["versions"][0]
     assert version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"] if "priority" not in c]
-    assert columns == ["Target", "Topology", "CPU Tier", "Disk Tier", "Ready", "Age"]
+    assert columns == ["Target", "Topology", "CPU Tier", "Disk Tier", "Ready", "Reason", "Age"]
     assert _schema(KVCACHETIER)["required"] == ["spec"]
 
 

@@ -222,7 +222,14 @@ KVCACHETIER = CRDDefinition(
         PrinterColumn("CPU Tier", ".status.cpuTier", description="CPU tier size."),
         PrinterColumn("Disk Tier", ".status.diskTier", description="Disk tier."),
         PrinterColumn("Ready", '.status.conditions[?(@.type=="Ready")].status'),
-        PrinterColumn("Mode", ".spec.mode", priority=1),
+        PrinterColumn(
+            "Reason",
+            '.status.conditions[?(@.type=="Ready")].reason',
+            description="Why the tier is (not) Ready.",
+        ),
+        PrinterColumn(
+            "Mode", ".status.mode", description="Mode in force (spec or policy).", priority=1
+        ),
         PrinterColumn("Kind", ".spec.targetRef.kind", priority=1),
         PrinterColumn(
             "Effective",
@@ -259,6 +266,12 @@ KVCACHEPOLICY = CRDDefinition(
     status_model=KVCachePolicyStatus,
     short_names=("kvcp",),
     printer_columns=(
+        PrinterColumn("Ready", '.status.conditions[?(@.type=="Ready")].status'),
+        PrinterColumn(
+            "Reason",
+            '.status.conditions[?(@.type=="Ready")].reason',
+            description="Why the policy is (not) Ready.",
+        ),
         PrinterColumn("Default Mode", ".spec.defaults.mode"),
         PrinterColumn("Object Store", ".spec.objectStore.allowed", type="boolean", priority=1),
         _AGE,

@@ -652,6 +652,11 @@ class KVCacheTierStatus(KubeModel):
     disk_tier: ShortText | None = Field(
         default=None, description="Disk tier for people, e.g. NVMe 2Ti (printer column)."
     )
+    mode: Mode | None = Field(
+        default=None,
+        description="The mode in force: spec.mode, else the KVCachePolicy's default, else "
+        "Apply (printer column).",
+    )
     sizing: SizingStatus | None = Field(default=None, description="Sizing results.")
     tiers: list[TierStatus] | None = Field(
         default=None,

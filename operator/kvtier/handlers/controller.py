@@ -30,6 +30,7 @@ from kvtier.policy.decide import (
     claim_key,
     decide,
 )
+from kvtier.policy.policy_ready import policy_ready
 from kvtier.policy.provisioning import (
     Unkept,
     UnkeptKey,
@@ -51,6 +52,7 @@ STATUS_KEYS = (
     "observedGeneration",
     "cpuTier",
     "diskTier",
+    "mode",
     "sizing",
     "tiers",
     "plan",
@@ -495,7 +497,10 @@ class Controller:
             log.info("policy: %s", w.summary)
         if verdict is not None and not verdict.ok:
             log.info("policy: %s %s: %s", verdict.type, verdict.reason, verdict.message)
-        patch = policy_status_patch(policy, verdict, datetime.now(UTC)) if policy else None
+        patch = None
+        if policy:
+            ready = policy_ready(policy.get("spec"), verdict)
+            patch = policy_status_patch(policy, verdict, datetime.now(UTC), ready)
         if patch is not None and policy is not None:
             meta = policy["metadata"]
             updated = await asyncio.to_thread(

@@ -531,6 +531,7 @@ def decide(facts: Facts) -> Decision:
     mode = eff.mode.value.value
     status: dict[str, Any] = {
         "observedGeneration": generation,
+        "mode": mode,  # the Mode column: spec.mode or the policy's default
         "effective": [dict(row) for row in parsed.effective],
     }
     decision = Decision(mode=mode, status=status, settings=eff)

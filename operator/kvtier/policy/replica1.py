@@ -256,15 +256,20 @@ def filesystem_refused(write: DesiredWrite) -> Verdict:
 
 
 def policy_status_patch(
-    policy: Mapping[str, Any], verdict: Verdict | None, now: datetime
+    policy: Mapping[str, Any],
+    verdict: Verdict | None,
+    now: datetime,
+    ready: Verdict | None = None,
 ) -> dict[str, Any] | None:
-    """The status merge patch for the policy, or None when its status already says it. Only
-    the replica-1 condition is written today: a policy without the pool gets no status."""
+    """The status merge patch for the policy, or None when its status already says it: the
+    replica-1 condition (`verdict`, None when there is no pool) and `ready`, if given."""
     status = policy.get("status") or {}
     previous = status.get("conditions") or []
     generation = (policy.get("metadata") or {}).get("generation")
-    others = [c for c in previous if isinstance(c, Mapping) and c.get("type") != CONDITION]
-    mine = merge_conditions(previous, [verdict] if verdict else [], generation, now)
+    written = {CONDITION} | ({ready.type} if ready else set())
+    others = [c for c in previous if isinstance(c, Mapping) and c.get("type") not in written]
+    verdicts = [v for v in (ready, verdict) if v is not None]
+    mine = merge_conditions(previous, verdicts, generation, now)
     conditions = [*others, *mine]
     if conditions == previous:
         return None
