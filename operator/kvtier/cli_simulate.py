@@ -26,6 +26,7 @@ PLOT_FORMATS = (".png", ".svg")
 _FLAGS = {
     "model": "--model",
     "parameters": "--params",
+    "weightBytes": "--weight-bytes",
     "queryHeads": "--query-heads",
     "tensorParallelSize": "--tp",
     "kvCacheDtype": "--kv-dtype",
@@ -61,6 +62,7 @@ def register(subparsers: Subparsers) -> None:
     m = p.add_argument_group("model and GPUs")
     m.add_argument("--model", help="catalog name or Hugging Face id (default: the study's)")
     m.add_argument("--params", metavar="N", help="parameters, e.g. 70e9 (needed with --model)")
+    m.add_argument("--weight-bytes", metavar="B", help="bytes per parameter (default 2; FP8 1)")
     m.add_argument("--query-heads", type=int, help="attention heads (default 8 per KV head)")
     m.add_argument("--tp", type=int, help="tensor parallel size = GPUs per server (default 8)")
     m.add_argument("--kv-dtype", help="auto|bfloat16|float16|fp8 (default auto)")
@@ -139,8 +141,11 @@ def sim_config(args: argparse.Namespace) -> SimConfig:
             raise CliError("simulate: --params: give the parameter count of --model (e.g. 70e9)")
         changes["model"] = args.model
         changes["query_heads"] = None
+        changes["cpu_bytes"] = None  # the study's CPU tier is Nemotron's: size this one
     if args.params:
         changes["parameters"] = _number(args.params, "--params")
+    if args.weight_bytes:
+        changes["weight_bytes"] = _number(args.weight_bytes, "--weight-bytes")
     for flag, name in (("query_heads", "query_heads"), ("tp", "tensor_parallel_size")):
         if getattr(args, flag) is not None:
             changes[name] = getattr(args, flag)

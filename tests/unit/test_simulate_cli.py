@@ -34,6 +34,16 @@ def test_table_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_another_model_gets_its_own_auto_cpu_tier(capsys: pytest.CaptureFixture[str]) -> None:
+    # The study preset's 128 GiB is Nemotron's; Llama 3.1 70B at 24 sessions is sized afresh:
+    # the working set, 24 × 50,000 tokens × 327,680 B, fits a 2 TiB node's cap.
+    argv = ["--model", "llama-3.1-70b", "--params", "70.6e9", "--tp", "4", "--sessions", "24"]
+    assert main(["simulate", *SHORT, *argv, "-o", "json"]) == 0
+    derived = json.loads(capsys.readouterr().out)["derived"]
+    assert derived["bytesPerToken"] == 327_680
+    assert derived["cpuBytesToUse"] >= 24 * 50_000 * 327_680
+
+
 def test_no_disk_runs_two_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", *SHORT, "--disk", "none", "-o", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -50,6 +60,7 @@ def test_no_disk_runs_two_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
         (["--params", "lots"], "--params: 'lots' is not a number"),
         (["--plot", "chart.gif"], "--plot"),
         (["--params", "3e12"], "--params"),
+        (["--weight-bytes", "0"], "--weight-bytes"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_flag(

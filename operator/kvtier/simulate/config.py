@@ -119,7 +119,7 @@ class SimConfig:
     tensor_parallel_size: int = 8
     query_heads: int | None = None  # None: 8 query heads per KV head (GQA-8)
     kv_cache_dtype: str = "auto"
-    weight_bytes: int = 2  # 16-bit weights
+    weight_bytes: float = 2.0  # per parameter: 2 for 16-bit, 1 for FP8, ~0.53 for MXFP4
     block_tokens: int = 16
     gpu: GPU = H100
     gpu_memory_utilization: float = 0.9  # vLLM's default
@@ -142,6 +142,7 @@ class SimConfig:
     def validate(self) -> None:
         self.workload.validate()
         _positive("parameters", self.parameters)
+        _positive("weightBytes", self.weight_bytes)
         _positive("replicas", self.replicas)
         _positive("maxBatchedTokens", self.max_batched_tokens)
         _positive("durationSeconds", self.duration_seconds)

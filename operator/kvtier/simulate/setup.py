@@ -75,8 +75,9 @@ def derive(config: SimConfig) -> Derived:
     if gpu_kv < w.end_tokens + w.output_tokens:
         raise SizingError(
             "parameters",
-            f"the GPUs leave {max(gpu_kv, 0):,} tokens of KV cache after the weights, less "
-            f"than one {w.end_tokens:,}-token session",
+            f"{gpus} GPUs leave {max(gpu_kv, 0):,} tokens of KV cache after "
+            f"{weights / 1e9:,.0f} GB of weights, less than one {w.end_tokens:,}-token session "
+            "(check --params, --weight-bytes and --tp)",
         )
     disk_bytes = None
     if config.disk is not None:
