@@ -1,23 +1,65 @@
 """`kvtier plan --plot`: restore time vs recompute time over context length, per disk tier.
 
-matplotlib is the optional extra `plot` (pip install 'kvtier[plot]').
+Both axes are logarithmic: crossovers of fast tiers lie at tens or hundreds of tokens,
+average contexts at tens of thousands. matplotlib is the optional extra `plot`
+(pip install 'kvtier[plot]').
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvtier.cli import CliError
 from kvtier.sizing import SizingPlan, restore_seconds
+from kvtier.sizing.tiers import TierAssessment
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 FORMATS = (".png", ".svg")
 _POINTS = 200
+_LABEL_TOP = 0.62  # crossover labels stack down from here (axes fraction), one row each
+_LABEL_STEP = 0.08
 
 
-def write_plot(result: SizingPlan, path: str) -> None:
-    """Draw recompute (TTFT scaled by length) and each measured tier's restore curve."""
-    if Path(path).suffix.lower() not in FORMATS:
-        raise CliError(f"--plot: {path!r} must end in {' or '.join(FORMATS)}")
+def restore_wins_above(
+    p99_seconds: float | None,
+    bandwidth: float | None,
+    block_tokens: int,
+    block_bytes: int,
+    prefill_seconds_per_token: float,
+) -> int | None:
+    """The context length from which the drawn restore curve (p99 + transfer at the
+    bandwidth) stays below recompute (t_prefill × length); 0 when restore always wins,
+    None when it never does (moving a token takes longer than computing it)."""
+    per_token = block_bytes / block_tokens / bandwidth if bandwidth else 0.0
+    margin = prefill_seconds_per_token - per_token
+    if margin <= 0:
+        return None
+    return math.ceil((p99_seconds or 0.0) / margin)
+
+
+def _prefill(result: SizingPlan, tier: TierAssessment) -> float:
+    if tier.latency is not None:
+        return tier.latency.prefill_seconds_per_token
+    ttft = result.input.baseline_ttft_seconds or 0.0
+    return ttft / result.input.average_context_tokens
+
+
+def verdict_line(tier: TierAssessment, context: int) -> str:
+    """The sizing verdict for one tier at the average context, for the figure's foot."""
+    if tier.beneficial is None:
+        return f"{tier.name}: no verdict at {context:,} tokens ({tier.reason.split(':')[0]})"
+    outcome = "restore wins" if tier.beneficial else "recompute wins"
+    view = f" ({tier.decided_by} view)" if tier.decided_by in ("latency", "throughput") else ""
+    return f"{tier.name}: {outcome} at {context:,} tokens{view}"
+
+
+def draw(result: SizingPlan) -> Figure:
+    """The figure: recompute, each measured tier's restore curve, the lengths above which
+    restore wins (only for tiers where it ever does) and the verdict per tier."""
     inp = result.input
     ttft = inp.baseline_ttft_seconds
     tiers = [
@@ -36,40 +78,77 @@ def write_plot(result: SizingPlan, path: str) -> None:
         raise CliError("--plot needs matplotlib: pip install 'kvtier[plot]'", exit_code=1) from None
 
     context = inp.average_context_tokens
-    crossovers = [t.crossover_tokens for t in tiers if t.crossover_tokens is not None]
-    x_max = 2 * max([context, *crossovers])
-    xs = [max(1, x_max * i // _POINTS) for i in range(_POINTS + 1)]
+    block_bytes = result.sizing.block_bytes
+    wins = {
+        t.name: restore_wins_above(
+            t.p99_seconds,
+            t.bandwidth_bytes_per_second,
+            inp.block_tokens,
+            block_bytes,
+            _prefill(result, t),
+        )
+        for t in tiers
+    }
+    x_min = inp.block_tokens
+    x_max = 2 * max([context, *(w for w in wins.values() if w)])
+    ratio = x_max / x_min
+    xs = [round(x_min * ratio ** (i / _POINTS)) for i in range(_POINTS + 1)]
     prefill = ttft / context
 
-    fig, ax = plt.subplots(figsize=(9, 5.5))
+    fig, ax = plt.subplots(figsize=(9, 6))
+    ax.set_xscale("log")
+    ax.set_yscale("log")  # sub-second restores and minute-long prefills on one picture
     ax.plot(xs, [prefill * x for x in xs], color="black", label="recompute (TTFT × L / context)")
+    row = 0
     for tier in tiers:
         ys = [
             restore_seconds(
-                x,
-                inp.block_tokens,
-                result.sizing.block_bytes,
-                tier.p99_seconds,
-                tier.bandwidth_bytes_per_second,
+                x, inp.block_tokens, block_bytes, tier.p99_seconds, tier.bandwidth_bytes_per_second
             )
             for x in xs
         ]
-        (line,) = ax.plot(xs, ys, label=f"restore from {tier.name}")
-        if tier.crossover_tokens is not None:
-            ax.axvline(tier.crossover_tokens, color=line.get_color(), linestyle="--")
-            ax.annotate(
-                f"{tier.name} crossover {tier.crossover_tokens:,}",
-                (tier.crossover_tokens, prefill * tier.crossover_tokens),
-                textcoords="offset points",
-                xytext=(6, 10),
-                color=line.get_color(),
-            )
+        above = wins[tier.name]
+        if above is None:
+            label = f"restore from {tier.name} (never beats recompute)"
+        elif above <= x_min:
+            label = f"restore from {tier.name} (wins at every length)"
+        else:
+            label = f"restore from {tier.name}"
+        (line,) = ax.plot(xs, ys, label=label)
+        if above is None or above <= x_min:
+            continue
+        color = line.get_color()
+        ax.axvline(above, color=color, linestyle="--", gid=f"crossover-{tier.name}")
+        # x in data, y in axes fraction; one row per label, so two never overlap.
+        ax.text(
+            above,
+            _LABEL_TOP - _LABEL_STEP * row,
+            f" {tier.name}: restore wins above {above:,} tokens",
+            transform=ax.get_xaxis_transform(),
+            color=color,
+            gid=f"crossover-label-{tier.name}",
+        )
+        row += 1
     ax.axvline(context, color="grey", linestyle=":", label=f"average context {context:,}")
-    ax.set_xlabel("context length (tokens)")
-    ax.set_ylabel("seconds")
+    ax.set_xlim(x_min, x_max)
+    ax.set_xlabel("context length (tokens, log scale)")
+    ax.set_ylabel("seconds (log scale)")
     ax.set_title(f"{inp.geometry.name}: restore vs recompute")
-    ax.legend()
-    fig.tight_layout()
+    ax.legend(loc="upper left")
+    lines = [verdict_line(t, context) for t in tiers]
+    foot = 0.03 + 0.035 * len(lines)
+    fig.text(0.01, 0.01, "\n".join(lines), va="bottom", fontsize=9, gid="verdict")
+    fig.tight_layout(rect=(0, foot, 1, 1))
+    return fig
+
+
+def write_plot(result: SizingPlan, path: str) -> None:
+    """Draw the figure into `path` (.png or .svg)."""
+    if Path(path).suffix.lower() not in FORMATS:
+        raise CliError(f"--plot: {path!r} must end in {' or '.join(FORMATS)}")
+    fig = draw(result)
+    import matplotlib.pyplot as plt
+
     try:
         with open(path, "wb") as out:
             fig.savefig(out, format=Path(path).suffix.lower()[1:])
