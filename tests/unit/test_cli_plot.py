@@ -46,8 +46,11 @@ def figure() -> Iterator[Any]:
 
 
 def by_gid(fig: Any, kind: type, prefix: str) -> dict[str, Any]:
-    found = fig.findobj(lambda a: isinstance(a, kind) and (a.get_gid() or "").startswith(prefix))
-    return {a.get_gid(): a for a in found}
+    def wanted(artist: Any) -> bool:
+        gid = str(artist.get_gid() or "")  # before isinstance, which narrows Any to object
+        return gid.startswith(prefix) and isinstance(artist, kind)
+
+    return {a.get_gid(): a for a in fig.findobj(wanted)}
 
 
 TWO_FAST = ["--tier-p99", "nvme=0.05", "--tier-bandwidth", "nvme=3GB/s",
