@@ -66,17 +66,27 @@ def register(subparsers: Subparsers) -> None:
     m.add_argument("--query-heads", type=int, help="attention heads (default 8 per KV head)")
     m.add_argument("--tp", type=int, help="tensor parallel size = GPUs per server (default 8)")
     m.add_argument("--kv-dtype", help="auto|bfloat16|float16|fp8 (default auto)")
-    m.add_argument("--prefill-rate", metavar="TOK/S", help="prefill tokens/s (default: FLOPs)")
-    m.add_argument("--decode-rate", metavar="TOK/S", help="one sequence's decode tokens/s")
+    m.add_argument(
+        "--prefill-rate",
+        metavar="TOK/S",
+        help="prefill tokens/s at short context (default from FLOPs)",
+    )
+    m.add_argument(
+        "--decode-rate", metavar="TOK/S", help="one sequence's decode tokens/s (default from HBM)"
+    )
     w = p.add_argument_group("workload")
-    w.add_argument("--sessions", type=int, help="concurrent sessions over all replicas")
+    w.add_argument("--sessions", type=int, help="concurrent sessions, all replicas (default 14)")
     w.add_argument("--context", metavar="TOKENS", help="average prompt (default 50000)")
-    w.add_argument("--output-tokens", metavar="TOKENS", help="mean output per turn")
-    w.add_argument("--tool-tokens", metavar="TOKENS", help="mean tool result per turn")
-    w.add_argument("--system-prompt", metavar="TOKENS", help="shared system prompt")
-    w.add_argument("--think", metavar="SECONDS", help="mean tool time between turns")
-    w.add_argument("--replicas", type=int, help="model-server replicas")
-    w.add_argument("--routing", choices=("random", "sticky"), help="session → replica")
+    w.add_argument("--output-tokens", metavar="TOKENS", help="mean output per turn (default 150)")
+    w.add_argument(
+        "--tool-tokens", metavar="TOKENS", help="mean tool result per turn (default 2000)"
+    )
+    w.add_argument("--system-prompt", metavar="TOKENS", help="shared system prompt (default 8000)")
+    w.add_argument("--think", metavar="SECONDS", help="mean tool time between turns (default 0)")
+    w.add_argument("--replicas", type=int, help="model-server replicas (default 1)")
+    w.add_argument(
+        "--routing", choices=("random", "sticky"), help="session → replica (default random)"
+    )
     w.add_argument(
         "--restore-policy",
         choices=("always", "faster"),
@@ -84,7 +94,9 @@ def register(subparsers: Subparsers) -> None:
         "the tier's queue makes slower than recomputing",
     )
     t = p.add_argument_group("tiers")
-    t.add_argument("--cpu", metavar="SIZE", help="CPU tier (cpu_bytes_to_use) or auto")
+    t.add_argument(
+        "--cpu", metavar="SIZE", help="CPU tier, cpu_bytes_to_use, or auto (default 128Gi)"
+    )
     t.add_argument("--node-memory", metavar="SIZE", help="node memory (caps an auto CPU tier)")
     t.add_argument("--disk", help="nvme|cephfs|objectstore|none (default nvme)")
     t.add_argument("--tier-p99", metavar="SECONDS", help="the disk tier's fio p99 per block")
