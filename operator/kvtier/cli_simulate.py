@@ -216,6 +216,10 @@ def sim_config(args: argparse.Namespace) -> SimConfig:
     ):
         if getattr(args, flag):
             workload[name] = parse_count(getattr(args, flag), name)
+    if args.context and not args.system_prompt:
+        # Keep the shared prompt a minor part of shorter contexts than the study's.
+        start = dataclasses.replace(config.workload, **workload).start_tokens
+        workload["system_prompt_tokens"] = min(config.workload.system_prompt_tokens, start // 2)
     if args.think:
         workload["think_seconds"] = _number(args.think, "--think", zero=True)
     changes["workload"] = dataclasses.replace(config.workload, **workload)

@@ -44,6 +44,15 @@ def test_another_model_gets_its_own_auto_cpu_tier(capsys: pytest.CaptureFixture[
     assert derived["cpuBytesToUse"] >= 24 * 50_000 * 327_680
 
 
+def test_a_short_context_shrinks_the_default_system_prompt(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--model", "llama-3.1-8b", "--params", "8e9", "--tp", "1", "--context", "8000"]
+    assert main(["simulate", *SHORT, *argv, "-o", "json"]) == 0
+    workload = json.loads(capsys.readouterr().out)["workload"]
+    assert workload["systemPromptTokens"] == 2_400  # half of the 4,800-token first turn
+
+
 def test_no_disk_runs_two_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", *SHORT, "--disk", "none", "-o", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
