@@ -174,3 +174,18 @@ def test_metrics_port_in_use_is_one_line(tmp_path: Path) -> None:
     assert run.returncode == 3
     assert run.stderr.startswith(f"kvtier: error: evict: --metrics-port {port}: ")
     assert len(run.stderr.splitlines()) == 1
+
+
+def test_docs_list_every_flag_and_metric() -> None:
+    """docs/eviction.md's tables name every flag of `kvtier evict` and every metric."""
+    from kvtier.cli import build_parser
+    from kvtier.evict.metrics import EvictMetrics
+
+    doc = (Path(__file__).parents[2] / "docs" / "eviction.md").read_text(encoding="utf-8")
+    commands = build_parser("evict")._subparsers._group_actions[0].choices
+    flags = {o for a in commands["evict"]._actions for o in a.option_strings} - {"-h", "--help"}
+    assert flags and {f for f in flags if f.startswith("--") and f"`{f}" not in doc} == set()
+    names = {m.name for m in EvictMetrics().registry.collect()}
+    counters = {m.name for m in EvictMetrics().registry.collect() if m.type == "counter"}
+    missing = {n for n in names if f"`{n}{'_total' if n in counters else ''}" not in doc}
+    assert names and missing == set()
