@@ -603,6 +603,26 @@ def build_manager(vc: Any, config: Any) -> dict[str, Any]:
         _close(spec)
 
 
+def check_store_configs(transfer: dict[str, Any]) -> dict[str, Any]:
+    """An obj tier's store_config through vLLM's own ObjStoreConfig and its NIXL parameters.
+
+    The obj tier's constructor then starts a NIXL agent with the OBJ backend, whose plugin
+    links NVIDIA's libcuobjclient (not on PyPI): where it cannot load, `builds` records that
+    error and this records that vLLM took the config itself.
+    """
+    tiers = transfer["kv_connector_extra_config"].get("secondary_tiers") or []
+    configs = [t["store_config"] for t in tiers if t.get("type") == "obj" and "store_config" in t]
+    if not configs:
+        return {}
+    from vllm.v1.kv_offload.tiering.obj.config import ObjStoreConfig
+
+    try:
+        params = [sorted(ObjStoreConfig(**c).to_nixl_params()) for c in configs]
+    except Exception as exc:
+        return {"storeConfigAccepted": False, "storeConfigError": f"{type(exc).__name__}: {exc}"}
+    return {"storeConfigAccepted": True, "nixlParams": params[0]}
+
+
 def _first_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     # pydantic: "1 validation error for ModelConfig" / "  Value error, <the reason> [type=...]"
@@ -687,6 +707,9 @@ def rendered_configs(model: str, tp: int, root: str) -> list[tuple[str, dict[str
             disk_type=disk,
             available_disk_types=frozenset({"NVMe", "CephFS", "ObjectStore"}),
             fs_root_dir=os.path.join(root, disk.lower()),
+            object_store_bucket="kvtier-conformance",
+            object_store_endpoint="http://127.0.0.1:9",  # never contacted: the tier is built only
+            vllm_version=vllm.__version__,
         )
         out.append((disk, sizing.plan(inp).kv_transfer_config))
     return out
@@ -708,6 +731,7 @@ def run_managers(mc: Any, model: str, tp: int) -> list[dict[str, Any]]:
                 vc = vllm_config(mc, tp, "auto", 16, None, transfer)
                 configs = kv_cache_configs(vc, layer_specs(vc))
                 entry.update(build_manager(vc, configs[0]))
+                entry.update(check_store_configs(transfer))
             except Exception as exc:
                 entry.update(
                     {"builds": False, "error": f"{type(exc).__name__}: {_first_line(exc)}"}

@@ -74,6 +74,7 @@ _FLAGS = {
     "gpuBlockSizeTokens": "--gpu-block-tokens",
     "dataParallelSize": "--data-parallel-size",
     "maxModelLen": "--max-model-len",
+    "disk.objectStore": "--object-store-bucket/--object-store-endpoint",
 }
 
 
@@ -169,6 +170,10 @@ def _add_plan(subparsers: Subparsers) -> None:
     disk.add_argument("--eviction-policy", choices=("lru", "arc"))
     disk.add_argument(
         "--fs-root-dir", help=f"fs tier directory (default {_default('fs_root_dir')})"
+    )
+    disk.add_argument("--object-store-bucket", metavar="BUCKET", help="the obj tier's bucket")
+    disk.add_argument(
+        "--object-store-endpoint", metavar="URL", help="the obj tier's endpoint, https://host"
     )
     disk.add_argument("--ttft", metavar="SECONDS", help="baseline TTFT, offload off")
     disk.add_argument(
@@ -266,6 +271,8 @@ def sizing_input(args: argparse.Namespace) -> SizingInput:
         ("memory_overhead_factor", "memory_overhead"),
         ("eviction_policy", "eviction_policy"),
         ("fs_root_dir", "fs_root_dir"),
+        ("object_store_bucket", "object_store_bucket"),
+        ("object_store_endpoint", "object_store_endpoint"),
     ):
         if getattr(args, attr) is not None:
             kwargs[name] = getattr(args, attr)

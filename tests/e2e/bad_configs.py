@@ -488,7 +488,14 @@ TIER_CASES: list[TierCase] = [
         "object-store-not-allowed",
         {
             "model": {"name": NEMOTRON},
-            "disk": {"type": "ObjectStore", "objectStore": {"acknowledgeTailLatency": True}},
+            "disk": {
+                "type": "ObjectStore",
+                "objectStore": {
+                    "acknowledgeTailLatency": True,
+                    "bucket": "kv-cache",
+                    "endpoint": "https://s3.example.com",
+                },
+            },
         },
         Expect("PolicyCompliant", "False", "ObjectStoreNotAllowed", "spec.disk.type"),
     ),

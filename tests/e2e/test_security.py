@@ -437,6 +437,8 @@ def test_tenant_cannot_steer_kvtier_outside_its_reach(
                     "type": "ObjectStore",
                     "objectStore": {
                         "acknowledgeTailLatency": True,
+                        "bucket": "kv-cache",
+                        "endpoint": "https://s3.example.com",
                         "credentialsSecretRef": {"name": "victim-secret"},
                     },
                 },

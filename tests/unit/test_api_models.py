@@ -94,8 +94,18 @@ def test_auto_disk_may_carry_nvme_and_cephfs_preferences() -> None:
 
 
 def test_object_store_with_acknowledgement_parses() -> None:
+    store = {
+        "acknowledgeTailLatency": True,
+        "bucket": "kv-cache",
+        "endpoint": "https://s3.example.com",
+    }
+    assert KVCacheTier.model_validate(_tier(disk={"type": "ObjectStore", "objectStore": store}))
+
+
+def test_object_store_needs_its_bucket_and_endpoint() -> None:
     disk = {"type": "ObjectStore", "objectStore": {"acknowledgeTailLatency": True}}
-    assert KVCacheTier.model_validate(_tier(disk=disk))
+    with pytest.raises(ValidationError, match=r"bucket and spec\.disk\.objectStore\.endpoint"):
+        KVCacheTier.model_validate(_tier(disk=disk))
 
 
 def test_python_names_and_wire_names_both_validate() -> None:

@@ -141,6 +141,8 @@ def _applied_to(target: dict[str, Any], writes: list[DesiredWrite]) -> dict[str,
     resources = dst.setdefault("resources", {})
     for section, values in src["resources"].items():
         resources.setdefault(section, {}).update(values)
+    if "lifecycle" in src:
+        dst.setdefault("lifecycle", {}).update(src["lifecycle"])
     return out
 
 
@@ -298,12 +300,18 @@ def test_isvc_without_model_is_unsupported() -> None:
     assert err.value.reason == "UnsupportedTarget"
 
 
+@pytest.mark.parametrize("clear_stale", [False, True])
 @pytest.mark.parametrize("seed", [None, "123"])
 @pytest.mark.parametrize("load", [_isvc, _v1alpha1, _v1alpha2])
-def test_unapply_gives_back_exactly_the_users_target(load: Any, seed: str | None) -> None:
+def test_unapply_gives_back_exactly_the_users_target(
+    load: Any, seed: str | None, clear_stale: bool
+) -> None:
     original = load()
-    applied = _applied_to(original, _writes(original, _offload(python_hash_seed=seed)))
+    offload = _offload(python_hash_seed=seed, clear_stale_shm_file=clear_stale)
+    applied = _applied_to(original, _writes(original, offload))
     assert applied != original
+    container = applied["spec"]["predictor"]["model"] if load is _isvc else _main(applied)
+    assert ("lifecycle" in container) is clear_stale  # the postStart hook, where asked
     assert _undone(applied) == original
 
 

@@ -172,6 +172,8 @@ def test_missing_pool_and_object_store_are_errors() -> None:
         cpu_bytes=256 * GiB,
         disk_type="ObjectStore",
         available_disk_types=frozenset({"ObjectStore"}),
+        object_store_bucket="kv",
+        object_store_endpoint="https://s3.example.com",
     )
     with pytest.raises(RenderError) as err:
         render_writes(ref, tier.spec, no_policy, s3, target, NODES, 1)
@@ -220,3 +222,60 @@ def test_prune_deletes_only_this_tiers_unwanted_objects() -> None:
     everything = prune_writes(ref, pvs, [])
     assert {d.name for d in everything} == {pv["metadata"]["name"] for pv in pvs}
     assert all(isinstance(d, DesiredWrite) for d in everything)
+
+
+def _main(write: DesiredWrite) -> dict[str, Any]:
+    container: dict[str, Any] = write.body["spec"]["template"]["containers"][0]
+    return container
+
+
+def _gptoss_cephfs(version: str, target: dict[str, Any] | None = None) -> RenderResult:
+    ref, tier, settings = _setup("kvcachetier-gptoss-cephfs.yaml")
+    sizing = _sizing(
+        "gpt-oss-120b",
+        2,
+        50_000,
+        128,
+        3,
+        cpu_bytes=64 * GiB,
+        disk_type="CephFS",
+        vllm_version=version,
+    )
+    target = target or _yaml("targets/gptoss-llmisvc-v1alpha1.yaml")
+    return render_writes(ref, tier.spec, settings, sizing, target, NODES, 3)
+
+
+def test_the_release_decides_the_hash_seed_and_the_stale_file_hook() -> None:
+    """0.24 hashes with PYTHONHASHSEED and leaves its /dev/shm file after an OOMKill; 0.33
+    neither: the seed and the postStart hook only where the release needs them."""
+    old = _main(_gptoss_cephfs("0.24.0").writes[-1])
+    assert "PYTHONHASHSEED" in {e["name"] for e in old["env"]}
+    assert old["lifecycle"]["postStart"]["exec"]["command"][-1] == (
+        "rm -f /dev/shm/vllm_offload_*.mmap"
+    )
+    result = _gptoss_cephfs("0.33.0")
+    new = _main(result.writes[-1])
+    assert "PYTHONHASHSEED" not in {e["name"] for e in new["env"]}
+    assert "lifecycle" not in new
+    assert not any("postStart" in note for note in result.notes)
+    assert any("postStart" in note for note in _gptoss_cephfs("0.24.0").notes)
+
+
+def test_a_users_own_post_start_hook_is_kept() -> None:
+    target = _yaml("targets/gptoss-llmisvc-v1alpha1.yaml")
+    own = {"exec": {"command": ["/bin/true"]}}
+    target["spec"]["template"]["containers"][0]["lifecycle"] = {"postStart": own}
+    assert "lifecycle" not in _main(_gptoss_cephfs("0.24.0", target).writes[-1])
+
+
+def test_no_dev_shm_volume_where_the_release_keeps_the_tier_in_private_memory() -> None:
+    ref, tier, settings = _setup("kvcachetier.yaml")
+    target = _yaml("targets/nemotron-llmisvc.yaml")
+    volumes = {}
+    for version in ("0.24.0", "0.33.0"):
+        sizing = _sizing("llama-3.1-70b", 8, 1000, 1, 1, vllm_version=version)
+        assert sizing.disk is None
+        (write,) = render_writes(ref, tier.spec, settings, sizing, target, NODES, 1).writes
+        volumes[version] = {v["name"] for v in write.body["spec"]["template"].get("volumes", [])}
+    assert "kvtier-dshm" not in volumes["0.24.0"]
+    assert "kvtier-dshm" in volumes["0.33.0"]

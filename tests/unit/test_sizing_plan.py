@@ -289,13 +289,55 @@ def test_object_store_gets_the_p99_tail_warning() -> None:
             cpu_bytes=64 * GB,
             concurrent_sessions=4,
             available_disk_types=frozenset({"ObjectStore"}),
-            object_store_options={"bucket": "kv"},
+            object_store_bucket="kv",
+            object_store_endpoint="https://s3.example.com:9000",
         )
     )
     assert result.sizing.topology == "CPUAndObjectStore"
     assert any("p99" in w and "TTFT" in w for w in result.warnings)
     tier = result.kv_transfer_config["kv_connector_extra_config"]["secondary_tiers"][0]
-    assert tier == {"type": "obj", "bucket": "kv"}
+    # vLLM 0.24's ObjStoreConfig requires the keys: Kubernetes expands them from the env.
+    assert tier == {
+        "type": "obj",
+        "store_config": {
+            "bucket": "kv",
+            "endpoint_override": "s3.example.com:9000",
+            "scheme": "https",
+            "access_key": "$(AWS_ACCESS_KEY_ID)",
+            "secret_key": "$(AWS_SECRET_ACCESS_KEY)",
+        },
+    }
+
+
+def test_object_store_credentials_stay_in_the_env_where_the_release_reads_them() -> None:
+    result = plan(
+        _input(
+            cpu_bytes=64 * GB,
+            concurrent_sessions=4,
+            available_disk_types=frozenset({"ObjectStore"}),
+            object_store_bucket="kv",
+            object_store_endpoint="http://minio.storage:9000/",
+            vllm_version="0.33.0",
+        )
+    )
+    tier = result.kv_transfer_config["kv_connector_extra_config"]["secondary_tiers"][0]
+    assert tier["store_config"] == {
+        "bucket": "kv",
+        "endpoint_override": "minio.storage:9000",
+        "scheme": "http",
+    }
+
+
+def test_object_store_without_bucket_is_refused() -> None:
+    with pytest.raises(SizingError) as exc:
+        plan(
+            _input(
+                cpu_bytes=64 * GB,
+                disk_type="ObjectStore",
+                available_disk_types=frozenset({"ObjectStore"}),
+            )
+        )
+    assert exc.value.field == "disk.objectStore"
 
 
 def test_vllm_config_cpu_only() -> None:

@@ -322,13 +322,20 @@ class ObjectStoreDisk(KubeModel):
     ) = Field(default=None, description="Bucket that holds the KV blocks.")
     credentials_secret_ref: SecretRef | None = Field(
         default=None,
-        description="Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.",
+        description="Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, given to the "
+        "model server's container by reference (env valueFrom); the operator never reads it.",
     )
 
 
 _OBJECT_STORE_ACK_MESSAGE = (
     "spec.disk.objectStore.acknowledgeTailLatency must be true to use an ObjectStore tier: "
     "its p99 latency lands directly in time to first token"
+)
+
+
+_OBJECT_STORE_WHERE_MESSAGE = (
+    "spec.disk.objectStore.bucket and spec.disk.objectStore.endpoint are required when "
+    "spec.disk.type is ObjectStore: vLLM's obj tier refuses to start without them"
 )
 
 
@@ -369,6 +376,13 @@ class DiskSpec(KubeModel):
                 field_path=".objectStore",
                 reason="FieldValueRequired",
             ),
+            cel(
+                "!has(self.type) || self.type != 'ObjectStore' || (has(self.objectStore) && "
+                "has(self.objectStore.bucket) && has(self.objectStore.endpoint))",
+                _OBJECT_STORE_WHERE_MESSAGE,
+                field_path=".objectStore",
+                reason="FieldValueRequired",
+            ),
         )
     )
 
@@ -404,6 +418,12 @@ class DiskSpec(KubeModel):
             self.object_store is not None and self.object_store.acknowledge_tail_latency
         ):
             raise ValueError(_OBJECT_STORE_ACK_MESSAGE)
+        if self.type == DiskType.OBJECT_STORE and not (
+            self.object_store is not None
+            and self.object_store.bucket
+            and self.object_store.endpoint
+        ):
+            raise ValueError(_OBJECT_STORE_WHERE_MESSAGE)
         return self
 
 

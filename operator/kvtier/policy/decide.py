@@ -266,6 +266,7 @@ def _sizing_input(
     cpu = eff.cpu_size.value
     disk = spec.disk
     flags = target.server
+    store = disk.object_store if disk else None
     version = eff.vllm_version
     try:
         vllm_release(version.value)
@@ -309,12 +310,8 @@ def _sizing_input(
             for d, p in probes.items()
             if p.get("bandwidthBytesPerSecond")
         },
-        object_store_options={}
-        if disk is None or disk.object_store is None
-        else {
-            "bucket": disk.object_store.bucket or "",
-            "endpoint": disk.object_store.endpoint or "",
-        },
+        object_store_bucket=store.bucket if store else None,
+        object_store_endpoint=store.endpoint if store else None,
     )
 
 

@@ -67,6 +67,8 @@ ADDITIONAL_ARGS_ENV = "VLLM_ADDITIONAL_ARGS"
 HASH_SEED_ENV = "PYTHONHASHSEED"
 MAIN_CONTAINER = "main"
 SHM_PATH = "/dev/shm"
+SHM_FILES = f"{SHM_PATH}/vllm_offload_*.mmap"
+STALE_SHM_HOOK: Mapping[str, Any] = {"exec": {"command": ["/bin/sh", "-c", f"rm -f {SHM_FILES}"]}}
 
 ISVC_V1BETA1 = ("serving.kserve.io/v1beta1", "InferenceService")
 LLMISVC_V1ALPHA1 = ("serving.kserve.io/v1alpha1", "LLMInferenceService")
@@ -103,6 +105,8 @@ class Offload:
     mount_path: str = "/mnt/kv-cache"
     python_hash_seed: str | None = None  # set when replicas share a disk tier
     roles: tuple[RoleOffload, ...] = ()
+    # The release leaves its /dev/shm offload file behind after an OOMKill: remove it first.
+    clear_stale_shm_file: bool = False
 
     @property
     def arg(self) -> str:
@@ -420,6 +424,13 @@ def _pod_parts(
     if seed is not None and (_env(container, HASH_SEED_ENV) is None or applied.get("hashSeed")):
         parts.container["env"] = [{"name": HASH_SEED_ENV, "value": seed}]
         parts.record["hashSeed"] = True
+
+    # A container restart (OOMKill) keeps the memory emptyDir and the file a killed vLLM left
+    # there; postStart runs on every start, long before vLLM maps its tier. A user's own hook
+    # is kept (summary() says the file is then not removed).
+    hook = _get(container, "lifecycle", "postStart")
+    if offload.clear_stale_shm_file and shm_bytes is not None and hook in (None, STALE_SHM_HOOK):
+        parts.container["lifecycle"] = {"postStart": copy.deepcopy(STALE_SHM_HOOK)}
     return parts
 
 
@@ -927,6 +938,8 @@ def _pod_unapply_ops(
     if isvc and "kvTransferConfig" in applied:
         user_args, _ = _strip_own_args(container.get("args") or [], applied["kvTransferConfig"])
         ops += list_ops(target, _ISVC_ARGS, user_args)
+    if _get(container, "lifecycle", "postStart") == STALE_SHM_HOOK:
+        ops += _value_ops(target, [*path, "lifecycle", "postStart"], None, floor=len(path) + 1)
     # Volumes last: nothing mounts them any more once the ops above went through.
     ops += _item_ops(target, volumes_path, "name", _OWN_VOLUMES)
     return ops

@@ -32,6 +32,7 @@ from kvtier.render.nvme import (
 from kvtier.render.result import DesiredWrite, RenderError, RenderResult
 from kvtier.render.roles import RoleOffload
 from kvtier.render.targets import (
+    SHM_FILES,
     Conflict,
     Offload,
     PerPodClaim,
@@ -101,13 +102,19 @@ def render_writes(
         )
         writes += [*replica1_writes(settings), claim]
         disk = SharedClaim(claim.name)
-        if replicas > 1:
+        if replicas > 1 and sizing.shared_hash_seed:
             seed = python_hash_seed(tier.namespace, tier.name)
     elif sizing.disk is not None:
         raise RenderError(
             "DiskTypeNotSupported", f"Apply mode cannot provision a {sizing.disk} tier yet"
         )
 
+    if sizing.clear_stale_shm_file:
+        notes.append(
+            f"vLLM {sizing.release.series} leaves {SHM_FILES} behind when a worker is killed: "
+            "a postStart hook on the vLLM container removes it on every start, before vLLM "
+            "maps its tier (a hook of the user's own is kept, and the file is then not removed)"
+        )
     offload = Offload(
         kv_transfer_config=sizing.kv_transfer_config,
         cpu_bytes=sizing.sizing.cpu_bytes_to_use,
@@ -118,6 +125,7 @@ def render_writes(
         eviction_policy=sizing.input.eviction_policy,
         mount_path=sizing.input.fs_root_dir,
         python_hash_seed=seed,
+        clear_stale_shm_file=sizing.clear_stale_shm_file,
         roles=tuple(roles),
     )
     scheduler = llmisvc_scheduler(target, offload)

@@ -32,7 +32,7 @@ from kvtier.sizing.tiers import (
 )
 from kvtier.sizing.topology import choose_topology
 from kvtier.sizing.units import human_bytes
-from kvtier.sizing.vllm import kv_transfer_config
+from kvtier.sizing.vllm import ACCESS_KEY_ENV, SECRET_KEY_ENV, ObjectStore, kv_transfer_config
 
 GiB = 1 << 30
 EVICTION_POLICIES = ("lru", "arc")
@@ -81,7 +81,8 @@ class SizingInput:
     fs_root_dir: str = "/mnt/kv-cache"
     n_read_threads: int = 16
     n_write_threads: int = 16
-    object_store_options: Mapping[str, Any] = field(default_factory=dict)
+    object_store_bucket: str | None = None
+    object_store_endpoint: str | None = None  # https://host[:port]
     # Restore vs recompute: baseline TTFT at the average context with offload off, and the
     # fio p99 latency / bandwidth per disk type (keys from DISK_TYPES).
     baseline_ttft_seconds: float | None = None
@@ -390,6 +391,28 @@ def plan(inp: SizingInput) -> SizingPlan:
         runtime_seconds=inp.probe_runtime_seconds,
         size_bytes=inp.probe_file_bytes,
     )
+    store = None
+    if topo.disk == "ObjectStore":
+        if not (inp.object_store_bucket and inp.object_store_endpoint):
+            raise SizingError(
+                "disk.objectStore",
+                "an ObjectStore tier needs its bucket and endpoint (vLLM refuses an obj tier "
+                "without them)",
+            )
+        store = ObjectStore(
+            inp.object_store_bucket,
+            inp.object_store_endpoint,
+            keys_in_config=release.object_store_keys_in_config,
+        )
+        decisions["objectStore"] = (
+            f"store_config with the bucket and endpoint; credentials from the container env "
+            f"{ACCESS_KEY_ENV} / {SECRET_KEY_ENV} (a Secret by reference), "
+            + (
+                f"expanded into the config by Kubernetes: vLLM {release.series} requires them there"
+                if release.object_store_keys_in_config
+                else f"read by vLLM {release.series}'s AWS SDK"
+            )
+        )
     config = kv_transfer_config(
         cpu,
         inp.block_tokens,
@@ -398,10 +421,8 @@ def plan(inp: SizingInput) -> SizingPlan:
         fs_root_dir=inp.fs_root_dir,
         n_read_threads=inp.n_read_threads,
         n_write_threads=inp.n_write_threads,
-        object_store_options=inp.object_store_options,
+        object_store=store,
     )
-    if topo.disk == "ObjectStore" and not inp.object_store_options:
-        warnings.append("the obj tier needs its endpoint and bucket options (objectStoreOptions)")
 
     return SizingPlan(
         input=inp,

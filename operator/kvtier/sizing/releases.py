@@ -38,6 +38,8 @@ class VLLMRelease:
     needs_shared_hash_seed: bool
     # Nemotron NAS `replace_with_linear` attention blocks build.
     builds_linear_attention_blocks: bool
+    # The obj tier's ObjStoreConfig requires access_key and secret_key (no SDK fallback).
+    object_store_keys_in_config: bool
 
 
 RELEASES: dict[str, VLLMRelease] = {
@@ -51,6 +53,7 @@ RELEASES: dict[str, VLLMRelease] = {
         leaves_stale_shm_file=True,
         needs_shared_hash_seed=True,
         builds_linear_attention_blocks=True,
+        object_store_keys_in_config=True,
     ),
     "0.33": VLLMRelease(
         series="0.33",
@@ -61,6 +64,7 @@ RELEASES: dict[str, VLLMRelease] = {
         leaves_stale_shm_file=False,
         needs_shared_hash_seed=False,
         builds_linear_attention_blocks=False,
+        object_store_keys_in_config=False,
     ),
 }
 DEFAULT_VLLM_VERSION = "0.24"

@@ -2,15 +2,47 @@
 
 `cpu_bytes_to_use` is the total over all workers of the server. Every disk read or write is
 staged through the CPU tier, so a disk tier is always a secondary tier of TieringOffloadingSpec.
+Secondary tier keys go straight to the tier's constructor: the obj tier takes one `store_config`
+(vLLM's ObjStoreConfig: bucket, endpoint_override, scheme, credentials).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 _DISK_TIER_TYPE = {"NVMe": "fs", "CephFS": "fs", "ObjectStore": "obj"}
+# The container env the model server reads the object store's keys from (a Secret's keys, set
+# by reference): the AWS SDK's own names, which its default credential chain reads.
+ACCESS_KEY_ENV = "AWS_ACCESS_KEY_ID"
+SECRET_KEY_ENV = "AWS_SECRET_ACCESS_KEY"
+
+
+@dataclass(frozen=True)
+class ObjectStore:
+    """An S3 bucket for the obj tier. Credentials never pass through kvtier: with
+    `keys_in_config` (releases whose ObjStoreConfig requires them) the config names them as
+    `$(AWS_ACCESS_KEY_ID)` / `$(AWS_SECRET_ACCESS_KEY)`, which Kubernetes expands from the
+    container's env at start; otherwise vLLM's AWS SDK reads that env itself."""
+
+    bucket: str
+    endpoint: str  # https://host[:port]
+    keys_in_config: bool = False
+
+    def store_config(self) -> dict[str, str]:
+        url = urlsplit(self.endpoint)
+        config = {
+            "bucket": self.bucket,
+            "endpoint_override": (url.netloc + url.path.rstrip("/")) or self.endpoint,
+            "scheme": url.scheme or "https",
+        }
+        if self.keys_in_config:
+            config["access_key"] = f"$({ACCESS_KEY_ENV})"
+            config["secret_key"] = f"$({SECRET_KEY_ENV})"
+        return config
 
 
 def kv_transfer_config(
@@ -22,7 +54,7 @@ def kv_transfer_config(
     fs_root_dir: str = "/mnt/kv-cache",
     n_read_threads: int = 16,
     n_write_threads: int = 16,
-    object_store_options: Mapping[str, Any] | None = None,
+    object_store: ObjectStore | None = None,
 ) -> dict[str, Any]:
     """The config for a CPU tier, plus a secondary tier when `disk` names one."""
     extra: dict[str, Any]
@@ -43,8 +75,10 @@ def kv_transfer_config(
                 "n_read_threads": n_read_threads,
                 "n_write_threads": n_write_threads,
             }
+        elif object_store is not None:
+            tier = {"type": "obj", "store_config": object_store.store_config()}
         else:
-            tier = {"type": "obj", **(object_store_options or {})}
+            raise ValueError("an obj tier needs its bucket and endpoint")
         extra = {
             "spec_name": "TieringOffloadingSpec",
             "cpu_bytes_to_use": cpu_bytes_to_use,
