@@ -230,3 +230,24 @@ def test_rendered_configs_build_a_tier_manager(path: Path) -> None:
         if entry["disk"] == "ObjectStore" and not entry.get("storeConfigAccepted"):
             problems.append(f"{label}: vLLM's ObjStoreConfig refused the store_config: {entry}")
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=[p.stem for p in GOLDEN])
+def test_fixture_configs_size_like_their_catalog_entries(path: Path) -> None:
+    """The cases size catalog models; a model whose config.json vLLM read (a fixture file) must
+    give kvtier the same geometry through `kvtier plan --config`, layer kinds included."""
+    root = Path(__file__).parent.parent.parent
+    checked = 0
+    for model in _load(path)["models"]:
+        source = model.get("configSource", "")
+        if not source.startswith("tests/fixtures/configs/"):
+            continue  # derived configs carry the catalog's geometry by construction
+        ours = sizing.geometry_from_hf_config(root / source)
+        catalog = sizing.lookup_model(model["model"])
+        fields = ("attention_layers", "kv_heads", "head_dim", "latent_attention")
+        fields += ("sliding_layers", "sliding_window", "linear_attention_blocks")
+        assert {f: getattr(ours, f) for f in fields} == {f: getattr(catalog, f) for f in fields}, (
+            source
+        )
+        checked += 1
+    assert checked >= 5
