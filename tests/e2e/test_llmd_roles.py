@@ -1,7 +1,9 @@
-"""llm-d as a whole on KServe's own CRDs (v0.20): a prefill/decode LLMInferenceService and a
-multi-node (data-parallel LeaderWorkerSet) one come out with every vLLM pod template sized
-and patched, the router's CPU-tier scorer holds kvtier's block count, Argo-CD-like
-re-applies cause no write, and deleting the tier gives everything back.
+"""llm-d as a whole on KServe's own CRDs (v0.20): a prefill/decode LLMInferenceService (its
+prefill data-parallel over a leader and a worker pod) and a multi-node (data-parallel
+LeaderWorkerSet) one come out with every vLLM pod template sized and patched, KServe's own
+controller turns them into workloads that carry each role's figures, the router's CPU-tier
+scorer holds kvtier's block count, Argo-CD-like re-applies cause no write, and deleting the
+tier gives everything back.
 
 Argo CD is played as in test_real_contracts.py: a forced apply by its manager with the live
 values of the fields deploy/argocd/application.yaml ignores carried into the manifest.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,8 +31,11 @@ from tests.e2e.kube_helpers import (
     wait_condition,
 )
 from tests.e2e.operator_process import OperatorProcess
+from tests.e2e.test_kserve_offload import oracle, render
 from tests.e2e.test_operator_apply import POLICY
 from tests.e2e.test_real_contracts import APPLIED, argo_sync, live
+
+__all__ = ["oracle"]  # the fixture that builds KServe's controller (test_kserve_offload.py)
 
 ROUNDS = 20
 V1ALPHA1 = "serving.kserve.io/v1alpha1"
@@ -84,7 +90,8 @@ def _epp_config() -> dict[str, Any]:
 
 
 def prefill_decode() -> dict[str, Any]:
-    """Decode TP 4 × 2 replicas on spec.template; prefill TP 2 × 4 replicas on spec.prefill."""
+    """Decode TP 4 × 2 replicas on spec.template; prefill 2 replicas of 4 data-parallel ranks,
+    2 per pod, on spec.prefill.template (the leader) and spec.prefill.worker."""
     return {
         "apiVersion": "serving.kserve.io/v1alpha2",
         "kind": "LLMInferenceService",
@@ -94,8 +101,17 @@ def prefill_decode() -> dict[str, Any]:
             "replicas": 2,
             "parallelism": {"tensor": 4},
             "template": _pod(4),
-            "prefill": {"replicas": 4, "parallelism": {"tensor": 2}, "template": _pod(2)},
-            "router": {"scheduler": {"config": {"inline": _epp_config()}}},
+            "prefill": {
+                "replicas": 2,
+                "parallelism": {"tensor": 1, "data": 4, "dataLocal": 2},
+                "template": _pod(2),
+                "worker": _pod(2),
+            },
+            "router": {
+                "route": {},
+                "gateway": {},
+                "scheduler": {"config": {"inline": _epp_config()}},
+            },
         },
     }
 
@@ -113,6 +129,7 @@ def multi_node() -> dict[str, Any]:
             "parallelism": {"tensor": 1, "data": 16, "dataLocal": 8},
             "template": _pod(8),
             "worker": _pod(8),
+            "router": {"route": {}, "gateway": {}, "scheduler": {}},
         },
     }
 
@@ -205,9 +222,12 @@ def test_prefill_decode_every_role_is_sized_and_patched(
     )
     assert (prefill["role"], prefill["templates"], prefill["tensor"]) == (
         "prefill",
-        ["spec.prefill.template"],
-        2,
+        ["spec.prefill.template", "spec.prefill.worker"],
+        1,
     )
+    # Each pod holds the tiers of its two engines.
+    assert (prefill["podsPerReplica"], prefill["enginesPerPod"]) == (2, 2)
+    assert prefill["cpuBytesPerPod"] == 2 * prefill["cpuBytesToUse"]
     _check_roles(admin_api, ns, "qwen-pd", user)
     current = live(admin_api, ns, user)
     assert quantity_to_bytes(current["spec"]["kvCacheOffloading"]["cpu"]) == decode["cpuBytesToUse"]
@@ -218,10 +238,15 @@ def test_prefill_decode_every_role_is_sized_and_patched(
 def test_the_routers_cpu_scorer_holds_kvtiers_block_count(
     admin_api: client.ApiClient, ns: str, applied: dict[str, dict[str, Any]]
 ) -> None:
-    plan = get_tier(admin_api, ns, "qwen-pd")["status"]["plan"]
+    status = get_tier(admin_api, ns, "qwen-pd")["status"]
+    plan = status["plan"]
     scorer = _cpu_scorer(live(admin_api, ns, applied["qwen-pd"]))
-    # One endpoint per replica, one engine each: the smaller role's tier in 16-token blocks.
-    blocks = min(r["cpuTierBlocks"] for r in plan["roles"])
+    # One endpoint per replica (a prefill leader fronts its group's 4 engines): the smaller
+    # role's tier behind one endpoint, in 16-token blocks.
+    block = 16 * status["sizing"]["bytesPerToken"]
+    decode, prefill = plan["roles"]
+    blocks = min(decode["cpuBytesToUse"], 4 * prefill["cpuBytesToUse"]) // block
+    assert decode["cpuTierBlocks"] == decode["cpuBytesToUse"] // block
     assert scorer["parameters"] == {"autoTune": False, "lruCapacityPerServer": blocks}
     assert plan["scheduler"]["lruCapacityPerServer"] == blocks
     assert plan["scheduler"]["roles"] == ["prefill", "decode"]
@@ -247,6 +272,78 @@ def test_multi_node_leader_and_worker_hold_every_local_engines_tier(
         env = {e["name"]: e.get("value") for e in _main(current["spec"][template])["env"]}
         assert env["VLLM_LOGGING_LEVEL"] == "INFO"
         assert f'"cpu_bytes_to_use":{role["cpuBytesToUse"]}' in env["VLLM_ADDITIONAL_ARGS"]
+
+
+# KServe role of each workload the controller makes: (kind, name suffix, LWS role) -> template.
+WORKLOADS = {
+    "qwen-pd": {
+        ("Deployment", "kserve", "pod"): "spec.template",
+        ("LeaderWorkerSet", "kserve-mn-prefill", "leader"): "spec.prefill.template",
+        ("LeaderWorkerSet", "kserve-mn-prefill", "worker"): "spec.prefill.worker",
+    },
+    "qwen-dp": {
+        ("LeaderWorkerSet", "kserve-mn", "leader"): "spec.template",
+        ("LeaderWorkerSet", "kserve-mn", "worker"): "spec.worker",
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_kserve_deploys_every_role_with_kvtiers_figures(
+    oracle: Path, admin_api: client.ApiClient, ns: str, applied: dict[str, Any], name: str
+) -> None:
+    """KServe's own controller (v0.20.0, hack/oracles/kserve) turns the object kvtier patched
+    into its workloads: every pod of every role gets the role's memory and /dev/shm, and the
+    vLLM it starts gets the role's cpu_bytes_to_use."""
+    stored = live(admin_api, ns, applied[name])
+    obj = {
+        "apiVersion": "serving.kserve.io/v1alpha2",
+        "kind": "LLMInferenceService",
+        "metadata": {"name": name, "namespace": "llm"},
+        "spec": live(admin_api, ns, {**stored, "apiVersion": "serving.kserve.io/v1alpha2"})["spec"],
+    }
+    roles = {
+        t: r
+        for r in get_tier(admin_api, ns, name)["status"]["plan"]["roles"]
+        for t in r["templates"]
+    }
+    # LeaderWorkerSet puts the leader's address in every pod of a group; the oracle runs the
+    # command outside one, so it gets the value here (else getent lists every host).
+    for template, role in roles.items():
+        if role["podsPerReplica"] > 1:
+            _main(_at(obj, template)).setdefault("env", []).append(
+                {"name": "LWS_LEADER_ADDRESS", "value": "localhost"}
+            )
+    out = render(oracle, obj)
+    seen = set()
+    for workload in out["workloads"]:
+        key = next(
+            (
+                k
+                for k in WORKLOADS[name]
+                if k[0] == workload["kind"]
+                and workload["name"] == f"{name}-{k[1]}"
+                and k[2] == workload["role"]
+            ),
+            None,
+        )
+        if key is None:
+            continue
+        role = roles[WORKLOADS[name][key]]
+        main = next(c for c in workload["containers"] if c["name"] == "main")
+        memory = main["resources"]["requests"]["memory"]
+        assert quantity_to_bytes(memory) == USER_MEMORY + role["podMemoryBytes"], key
+        if role.get("shmBytes") is not None:
+            [mount] = [m for m in main["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+            [volume] = [v for v in workload["volumes"] if v["name"] == mount["name"]]
+            assert quantity_to_bytes(volume["emptyDir"]["sizeLimit"]) == role["shmBytes"]
+        assert main.get("vllmArgv"), (key, main.get("vllmError"))
+        extra = main["kvTransferConfig"]["kv_connector_extra_config"]
+        assert extra["cpu_bytes_to_use"] == role["cpuBytesToUse"], key
+        seen.add(key)
+    assert seen == set(WORKLOADS[name]), [
+        (w["kind"], w["name"], w["role"]) for w in out["workloads"]
+    ]
 
 
 def test_argo_re_applies_cause_no_write(
