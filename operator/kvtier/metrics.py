@@ -85,6 +85,30 @@ PROBE_RUNS = Counter("kvtier_probe_runs_total", "fio probe Jobs started.")
 PROBE_FAILURES = Counter("kvtier_probe_failures_total", "fio probes that failed or timed out.")
 LAST_ERROR = Gauge("kvtier_last_error_timestamp_seconds", "Unix time of the last failed reconcile.")
 
+# vLLM's own metrics of a tier's model server over the observation window (kvtier.observe).
+EFFECTIVE = Gauge(
+    "kvtier_tier_effective",
+    "1 when TierEffective is True, 0 when False; absent while Unknown.",
+    TIER_LABELS,
+)
+OBSERVED = {
+    field: Gauge(f"kvtier_observed_{metric}", help_text, TIER_LABELS)
+    for field, metric, help_text in (
+        ("externalHitRatio", "external_hit_ratio", "External prefix-cache hits over queries."),
+        ("loadSecondsPerBlock", "load_seconds_per_block", "Mean time to load one offload block."),
+        ("restoreBytesPerSecond", "restore_bytes_per_second", "Offload restore throughput."),
+        ("tokensFromOffload", "tokens_from_offload", "Prompt tokens loaded from offload tiers."),
+        ("tokensRecomputed", "tokens_recomputed", "Prompt tokens computed locally."),
+        ("storesDropped", "stores_dropped", "Offload stores dropped in the window."),
+        ("tPrefillSeconds", "t_prefill_seconds", "Prefill seconds per token the verdict used."),
+    )
+}
+VLLM_TIER_HIT_RATIO = Gauge(
+    "kvtier_observed_vllm_tier_hit_ratio",
+    "Chunk hit ratio of one tier of vLLM's tiering spec (vLLM 0.33+).",
+    (*TIER_LABELS, "vllm_tier"),
+)
+
 # The label sets each tier has set, so forgetting a tier touches only its own series.
 _SERIES: dict[tuple[str, str], list[tuple[Gauge, tuple[str, ...]]]] = {}
 
@@ -253,6 +277,22 @@ def observe_tier(
         ref.get("name", ""),
     )
     _set(INFO, info, 1)
+    _observed(tier_labels, status)
+
+
+def _observed(labels: tuple[str, str], status: Mapping[str, Any]) -> None:
+    effective = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "TierEffective"), None
+    )
+    if effective is not None and effective.get("status") in ("True", "False"):
+        _set(EFFECTIVE, labels, 1 if effective["status"] == "True" else 0)
+    observed = status.get("observed") or {}
+    for field, gauge in OBSERVED.items():
+        if observed.get(field) is not None:
+            _set(gauge, labels, observed[field])
+    for t in observed.get("tiers") or []:
+        if t.get("chunkHitRatio") is not None:
+            _set(VLLM_TIER_HIT_RATIO, (*labels, t["tier"]), t["chunkHitRatio"])
 
 
 def forget_tier(namespace: str, name: str) -> None:

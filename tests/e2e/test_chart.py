@@ -107,6 +107,7 @@ def test_full_values_dry_run(cluster: LocalCluster, openshift_like: None) -> Non
     assert alerts == {
         "KVCacheTierNotReady",
         "KVCacheTierNotBeneficial",
+        "KVCacheTierNotEffective",
         "KVCacheTierProbeP99High",
         "KVTierReconcileErrors",
         "KVTierOperatorDown",

@@ -21,6 +21,7 @@ from kvtier.handlers.workqueue import WorkQueue
 from kvtier.kube.informer import Informer
 from kvtier.kube.rest import Kube
 from kvtier.names import FINALIZER
+from kvtier.observe.runner import Observer
 from kvtier.policy.decide import (
     DEFAULT_PROBE_IMAGE,
     Decision,
@@ -57,6 +58,7 @@ STATUS_KEYS = (
     "tiers",
     "plan",
     "effective",
+    "observed",
     "conditions",
 )
 
@@ -104,6 +106,8 @@ class Controller:
         self.leading = asyncio.Event()
         # Writes the API server did not keep, by object: held back until it changes.
         self.unkept: dict[UnkeptKey, Unkept] = {}
+        # Reads the targets' vLLM metrics in the background; a result wakes its tier.
+        self.observer = Observer(self._pods, self.queue.add)
 
     def lead(self) -> None:
         """Became the acting replica: once the watches have delivered what exists,
@@ -145,6 +149,11 @@ class Controller:
         for informer in informers:
             informer.start()
         self._tasks = [asyncio.create_task(self._worker(i)) for i in range(self.workers)]
+        self._tasks.append(
+            asyncio.create_task(
+                self.observer.run(lambda: self.cache.tiers, lambda: self.cache.policy, self.leading)
+            )
+        )
         self._sender = asyncio.create_task(self.events.run())
 
     async def stop(self) -> None:
@@ -157,6 +166,9 @@ class Controller:
             await self.events.flush(timeout=5.0)
             self._sender.cancel()
             await asyncio.gather(self._sender, return_exceptions=True)
+
+    def _pods(self, namespace: str) -> list[dict[str, Any]]:
+        return self.kube.list("v1", "Pod", namespace)
 
     def enqueue(self, keys: list[TierKey]) -> None:
         for key in keys:
@@ -203,6 +215,7 @@ class Controller:
         tier = self.cache.tiers.get(key)
         if tier is None:
             metrics.forget_tier(namespace, name)
+            self.observer.forget(key)
             self.events.budget.forget(key)
             return
         if (tier.get("metadata") or {}).get("deletionTimestamp"):
@@ -227,6 +240,7 @@ class Controller:
             probe_image=self.probe_image,
             rivals=self._rivals(key, tier),
             unkept=self.unkept,
+            observation=self.observer.results.get(key),
         )
         decision = decide(facts)
         finalizers = (tier.get("metadata") or {}).get("finalizers") or []

@@ -74,14 +74,20 @@ class PrometheusClient:
                 return QueryError("Unauthorized", f"cannot read the token file: {exc.strerror}")
         return headers
 
-    def query(self, promql: str, at: float | None = None) -> dict[str, Any] | QueryError:
-        """The `data` of an instant query at `at` (seconds since the epoch; now if None)."""
+    def query(
+        self, promql: str, at: float | None = None, namespace: str | None = None
+    ) -> dict[str, Any] | QueryError:
+        """The `data` of an instant query at `at` (seconds since the epoch; now if None).
+        `namespace` is for the Thanos Querier's tenancy port (9092), which serves one
+        namespace to anyone who may get its pods; Prometheus ignores the parameter."""
         headers = self._headers()
         if isinstance(headers, QueryError):
             return headers
         params = {"query": promql, "timeout": f"{self.source.timeout_seconds:g}s"}
         if at is not None:
             params["time"] = f"{at:.3f}"
+        if namespace is not None:
+            params["namespace"] = namespace
         url = f"{self.source.url.rstrip('/')}/api/v1/query?{urlencode(params)}"
         self._wait_turn()
         try:
@@ -115,7 +121,7 @@ class PrometheusClient:
 
     def counters(self, sel: Selection, at: float) -> Snapshot | QueryError:
         """Every counter kvtier reads of the selected pods, as they stood at `at`."""
-        data = self.query(counters_query(sel), at)
+        data = self.query(counters_query(sel), at, sel.namespace)
         if isinstance(data, QueryError):
             return data
         try:

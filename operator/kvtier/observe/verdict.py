@@ -20,12 +20,13 @@ from kvtier.observe.figures import Figures
 Status = Literal["True", "False", "Unknown"]
 TPrefillSource = Literal["Baseline", "Measured"]
 
-SERVES_HITS = "ServesHits"
-NO_HITS = "NoHits"
-RESTORE_SLOWER = "RestoreSlowerThanRecompute"
-STORES_DROPPED = "StoresDropped"
-LOW_TRAFFIC = "LowTraffic"
-METRICS_UNAVAILABLE = "MetricsUnavailable"
+# Condition reasons (docs/troubleshooting.md, TierEffective).
+REASON_SERVES_HITS = "ServesHits"
+REASON_NO_HITS = "NoHits"
+REASON_RESTORE_SLOWER = "RestoreSlowerThanRecompute"
+REASON_STORES_DROPPED = "StoresDropped"
+REASON_LOW_TRAFFIC = "LowTraffic"
+REASON_METRICS_UNAVAILABLE = "MetricsUnavailable"
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ def judge(
     if fig.prompt_tokens < th.min_prompt_tokens:
         return Verdict(
             "Unknown",
-            LOW_TRAFFIC,
+            REASON_LOW_TRAFFIC,
             f"{fig.prompt_tokens:.0f} prompt tokens in {fig.window_seconds:.0f} s, "
             f"fewer than {th.min_prompt_tokens:.0f}: too little traffic to tell",
         )
@@ -103,39 +104,39 @@ def judge(
     if dropped > th.max_stores_dropped:
         return Verdict(
             "False",
-            STORES_DROPPED,
+            REASON_STORES_DROPPED,
             f"{dropped:.0f} offload stores dropped in {fig.window_seconds:.0f} s "
             "(allocation failures or tier backpressure): the tier cannot keep up",
         )
     ratio = fig.external_hit_ratio or 0.0
-    need = th.min_hit_ratio * (1 + th.margin) if was == NO_HITS else th.min_hit_ratio
+    need = th.min_hit_ratio * (1 + th.margin) if was == REASON_NO_HITS else th.min_hit_ratio
     hits = f"external hit ratio {_g(ratio)} ({fig.external_hits or 0:.0f} of "
     hits += f"{fig.external_queries or 0:.0f} tokens queried)"
     if ratio < need:
         return Verdict(
             "False",
-            NO_HITS,
+            REASON_NO_HITS,
             f"{hits}, below {_g(need)}: the tier serves no hits "
             "(a CPU tier smaller than the GPU KV cache only mirrors HBM)",
         )
     per_block = fig.load_seconds_per_block
     if t_prefill is not None and per_block is not None:
         recompute = block_tokens * t_prefill.seconds_per_token
-        limit = recompute * (1 - th.margin) if was == RESTORE_SLOWER else recompute
+        limit = recompute * (1 - th.margin) if was == REASON_RESTORE_SLOWER else recompute
         timing = (
             f"restore {_g(per_block)} s per {block_tokens}-token block vs recompute "
             f"{_g(recompute)} s (t_prefill {_g(t_prefill.seconds_per_token)} s/token, "
             f"{t_prefill.source.lower()})"
         )
         if per_block >= limit:
-            return Verdict("False", RESTORE_SLOWER, f"{hits}; {timing}: recompute is faster")
-        return Verdict("True", SERVES_HITS, f"{hits}; {timing}")
+            return Verdict("False", REASON_RESTORE_SLOWER, f"{hits}; {timing}: recompute is faster")
+        return Verdict("True", REASON_SERVES_HITS, f"{hits}; {timing}")
     unmeasured = "no restore timing" if per_block is None else "no t_prefill (baseline or measured)"
-    return Verdict("True", SERVES_HITS, f"{hits}; {unmeasured} to compare restore with")
+    return Verdict("True", REASON_SERVES_HITS, f"{hits}; {unmeasured} to compare restore with")
 
 
 def unavailable(message: str) -> Verdict:
-    return Verdict("Unknown", METRICS_UNAVAILABLE, message)
+    return Verdict("Unknown", REASON_METRICS_UNAVAILABLE, message)
 
 
 def settle(verdict: Verdict, previous: EffectiveState | None, th: Thresholds) -> EffectiveState:

@@ -19,6 +19,7 @@ from kvtier.api.common import quantity_bytes
 from kvtier.api.policy import KVCachePolicySpec, NonBeneficialAction
 from kvtier.api.tier import ConditionType, DiskType, KVCacheTierSpec, Mode, ValueSource
 from kvtier.names import FINALIZER
+from kvtier.observe.status import Observation
 from kvtier.policy.conditions import FALSE, TRUE, UNKNOWN, Verdict, flipped, merge_conditions
 from kvtier.policy.effective import (
     BUILTIN_DEFAULTS,
@@ -26,7 +27,7 @@ from kvtier.policy.effective import (
     effective_settings,
     with_target_vllm_version,
 )
-from kvtier.policy.gate import gate_tier
+from kvtier.policy.gate import ObservedEvidence, gate_tier
 from kvtier.policy.probing import ProbeStep, plan_probe
 from kvtier.policy.provisioning import (
     Unkept,
@@ -105,6 +106,8 @@ class Facts:
     rivals: Sequence[tuple[int, str, str]] = ()
     # Writes the API server answered without keeping them, by object (see Unkept).
     unkept: Mapping[UnkeptKey, Unkept] = field(default_factory=dict)
+    # The latest reading of the target's vLLM metrics (kvtier.observe), None when none.
+    observation: Observation | None = None
 
 
 READY_APPLIED = "Applied"  # Ready's reason in Apply mode, and the reason of a writes Event
@@ -581,6 +584,11 @@ def decide(facts: Facts) -> Decision:
         decision.writes = []
         decision.probe = None
     verdicts.append(_ready(verdicts, mode))
+    # After Ready: whether a tier pays off never blocks it.
+    effective = _tier_effective(facts, policy)
+    if effective is not None:
+        verdicts.append(effective[0])
+        status["observed"] = effective[1]
     status["conditions"] = merge_conditions(previous, verdicts, generation, facts.now)
     decision.events = [
         Event("Normal" if v.ok else "Warning", v.reason, v.message)
@@ -617,7 +625,11 @@ def _size(
     available = _available_disks(spec, eff, facts.nodes, place)
     try:
         probes = measured((facts.tier.get("status") or {}).get("tiers") or [])
-        base = _sizing_input(spec, eff, target, place, facts.config_map, available, probes)
+        base = _with_measured_prefill(
+            _sizing_input(spec, eff, target, place, facts.config_map, available, probes),
+            spec,
+            facts,
+        )
         decode = next((r for r in target.roles if r.role == "decode"), None)
         inp = role_input(base, decode) if decode is not None else base
         sp = plan(inp)
@@ -901,7 +913,12 @@ def _beneficial(
         sp.disk,
         eff.object_store_max_p99_seconds.value,
         block_tokens=sp.input.block_tokens,
+        observed=_observed_evidence(spec, facts),
     )
+    if _measured_prefill(spec, facts) is not None:
+        verdict = replace(
+            verdict, message=f"{verdict.message}; t_prefill measured from vLLM's metrics"
+        )
     if verdict.beneficial is None and not verdict.degraded:
         return [
             Verdict(ConditionType.TIER_BENEFICIAL.value, UNKNOWN, verdict.reason, verdict.message)
@@ -966,3 +983,52 @@ def _ready(verdicts: Sequence[Verdict], mode: str) -> Verdict:
         READY_APPLIED,
         "tiers provisioned and applied to the target",
     )
+
+
+def _measured_prefill(spec: KVCacheTierSpec, facts: Facts) -> float | None:
+    """Prefill seconds per token measured from vLLM's metrics (kvtier.observe), used when no
+    spec.probe.baselineTTFTSeconds is typed."""
+    obs = facts.observation
+    if spec.probe is not None and spec.probe.baseline_ttft_seconds is not None:
+        return None
+    return None if obs is None or obs.t_prefill is None else obs.t_prefill.seconds_per_token
+
+
+def _with_measured_prefill(inp: SizingInput, spec: KVCacheTierSpec, facts: Facts) -> SizingInput:
+    measured = _measured_prefill(spec, facts)
+    if measured is None or inp.prefill_seconds_per_token is not None:
+        return inp
+    return replace(inp, prefill_seconds_per_token=measured)
+
+
+def _observed_evidence(spec: KVCacheTierSpec, facts: Facts) -> ObservedEvidence | None:
+    """TierEffective as the gate's evidence: the server's own counters outrank the model."""
+    obs = facts.observation
+    if obs is None:
+        return None
+    state = obs.state
+    return ObservedEvidence(
+        state.status, state.reason, state.message, _measured_prefill(spec, facts)
+    )
+
+
+def _tier_effective(facts: Facts, policy: KVCachePolicySpec | None) -> tuple[Verdict, Any] | None:
+    """TierEffective and status.observed from the latest reading of the target's vLLM
+    metrics; until the first one, what the status already says (a restart loses nothing)."""
+    if policy is None or policy.metrics is None:
+        return None
+    kind = ConditionType.TIER_EFFECTIVE.value
+    status = facts.tier.get("status") or {}
+    obs = facts.observation
+    if obs is None:
+        cond = next((c for c in status.get("conditions") or [] if c.get("type") == kind), None)
+        if cond is None:
+            return Verdict(
+                kind, UNKNOWN, "AwaitingMetrics", "the first reading of vLLM's metrics is pending"
+            ), None
+        return Verdict(kind, cond["status"], cond["reason"], cond["message"]), status.get(
+            "observed"
+        )
+    state = obs.state
+    observed = obs.observed if obs.observed is not None else status.get("observed")
+    return Verdict(kind, state.status, state.reason, state.message), observed
