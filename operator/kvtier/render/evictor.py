@@ -35,11 +35,12 @@ DEPLOYMENT_NAME_MAX = 47  # ReplicaSet and pod names append up to 16 characters
 
 MiB = 1 << 20
 # Memory: the interpreter and its imports, plus what a pass holds per block file (the
-# candidate arrays and the LRU order; bench/evict.py measured ~170 MiB at 500,000 files).
+# candidate arrays and the LRU order; bench/evict.py measured 96 MiB at 500,000 files,
+# docs/performance.md), with room to spare: a limit hit mid-pass would kill it.
 BASE_MEMORY_BYTES = 64 * MiB
 MEMORY_PER_FILE_BYTES = 200
 MIN_MEMORY_LIMIT_BYTES = 128 * MiB
-CPU_REQUEST = "50m"  # a pass is mostly waiting on metadata I/O; no limit, so no throttling
+CPU_REQUEST = "50m"  # a pass takes a core for seconds once a minute; no limit: no throttling
 
 
 @dataclass(frozen=True)
