@@ -100,6 +100,8 @@ def test_vllm_names() -> None:
     assert layout.group_dir("9c_g0") == ("9c", 0)
     assert layout.group_dir("9c_g12") == ("9c", 12)
     assert layout.group_dir("9c_g012") is None  # would not rebuild as the same name
+    assert layout.group_dir("9c_g999999999") == ("9c", 999999999)
+    assert layout.group_dir("9c_g9999999999") is None  # no group index has ten digits
     assert layout.group_dir("9c") is None
     assert layout.block_kind(f"{h}.bin", "3fa9c") == layout.BLOCK
     assert layout.block_kind(f"{h}.bin_8812093471.tmp", "3fa9c") == layout.TEMPORARY

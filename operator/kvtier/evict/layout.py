@@ -20,7 +20,7 @@ import re
 
 _RANK_DIR = re.compile(r".+_[0-9a-f]{12}_r[0-9]+")
 _PREFIX_DIR = re.compile(r"[0-9a-f]{3}")
-_GROUP_DIR = re.compile(r"([0-9a-f]{2})_g(0|[1-9][0-9]*)")
+_GROUP_DIR = re.compile(r"([0-9a-f]{2})_g(0|[1-9][0-9]{0,8})")  # a group index fits 32 bits
 _BLOCK = re.compile(r"([0-9a-f]{5,})\.bin(_[0-9]+\.tmp)?")
 
 NOT_A_BLOCK, BLOCK, TEMPORARY = range(3)

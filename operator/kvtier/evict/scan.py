@@ -60,7 +60,7 @@ class Candidates:
     # ≥ 0: the offset of the block's hash in `hashes`; else -1 - (its index in `paths`).
     slots: array[int] = field(default_factory=lambda: array("q"))
     hash_bytes: array[int] = field(default_factory=lambda: array("B"))
-    ranks: array[int] = field(default_factory=lambda: array("H"))
+    ranks: array[int] = field(default_factory=lambda: array("L"))
     groups: array[int] = field(default_factory=lambda: array("L"))
     hashes: bytearray = field(default_factory=bytearray)
     rank_dirs: list[str] = field(default_factory=list)
