@@ -27,7 +27,7 @@ from kvtier.policy.effective import (
     effective_settings,
     with_target_vllm_version,
 )
-from kvtier.policy.gate import ObservedEvidence, gate_tier
+from kvtier.policy.gate import ObservedEvidence, gate_tier, plan_share
 from kvtier.policy.probing import ProbeStep, plan_probe
 from kvtier.policy.provisioning import (
     Unkept,
@@ -913,6 +913,10 @@ def _beneficial(
         sp.disk,
         eff.object_store_max_p99_seconds.value,
         block_tokens=sp.input.block_tokens,
+        # Only the part of a prefix the CPU tier lacks comes from the disk tier, and a restore
+        # moves the stored bytes of it (groups, windows and copies as vLLM lays them out).
+        share=plan_share(sp),
+        bytes_per_token=max(1, sp.sizing.context_bytes // sp.input.average_context_tokens),
         observed=_observed_evidence(spec, facts),
     )
     if _measured_prefill(spec, facts) is not None:

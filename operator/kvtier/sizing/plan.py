@@ -703,7 +703,8 @@ def _assess_tiers(
             p99_seconds=inp.tier_p99_seconds.get(name),
             bandwidth=inp.tier_bandwidth_bytes_per_second.get(name),
             share=tier_share(sized.cpu, sized.working_set, inp.replicas, name in SHARED_DISK_TYPES),
-            bytes_per_token=sized.per_token,
+            # What a restore moves: the stored bytes of a context (groups, windows, copies).
+            bytes_per_token=max(1, sized.context // inp.average_context_tokens),
             prefill_seconds_per_token=inp.prefill_seconds_per_token,
         )
         for name in names
