@@ -4,7 +4,8 @@ Installs the CRDs (kvtier's, and KServe's and Rook's own), the KVCachePolicy, th
 servers and their KVCacheTiers from examples/, runs the operator under its restricted
 identity, plays the parts a real cluster would (a CephFS provisioner, and the kubelet that
 finishes a probe pod with a real `kvtier probe` run of fio on this machine's disk), then
-prints what kvtier decided. KVTIER_DEMO_KEEP=1 leaves everything running.
+prints what kvtier decided; exits 1 naming each tier that did not become Ready.
+KVTIER_DEMO_KEEP=1 leaves everything running.
 """
 
 from __future__ import annotations
@@ -101,20 +102,16 @@ def play_cephfs_provisioner(cluster: LocalCluster) -> None:
 
 def play_kubelet_for_probes(cluster: LocalCluster, scratch: Path, expected: int) -> None:
     """Finish each probe pod with the result of a real fio run on this machine."""
-    pods = wait(
-        f"{expected} probe pods",
-        lambda: (
-            len(
-                found := get_json(cluster, "pods", "-n", NAMESPACE, "-l", "kvcache.io/probe-tier")[
-                    "items"
-                ]
-            )
-            >= expected
-            and found
-        ),
-        timeout=60,
-    )
-    for pod in pods or []:
+
+    def probe_pods() -> list[Any]:
+        found: list[Any] = get_json(
+            cluster, "pods", "-n", NAMESPACE, "-l", "kvcache.io/probe-tier"
+        )["items"]
+        return found
+
+    # Finish the pods there are even when fewer come: the final wait names the tiers left.
+    wait(f"{expected} probe pods", lambda: len(probe_pods()) >= expected, timeout=60)
+    for pod in probe_pods():
         command = pod["spec"]["containers"][0]["command"]
         block = command[command.index("--block-bytes") + 1]
         run = subprocess.run(
@@ -203,6 +200,58 @@ def report(cluster: LocalCluster) -> None:
     print("  volumeMounts:", json.dumps(model.get("volumeMounts")))
 
 
+def not_ready(cluster: LocalCluster) -> dict[str, str]:
+    """name -> "Reason: message" of each KVCacheTier in the demo namespace that is not Ready."""
+    out = {}
+    for tier in get_json(cluster, "kvt", "-n", NAMESPACE)["items"]:
+        conditions = (tier.get("status") or {}).get("conditions") or []
+        ready = next((c for c in conditions if c["type"] == "Ready"), None)
+        if ready is None or ready["status"] != "True":
+            why = f"{ready['reason']}: {ready['message']}" if ready else "no Ready condition yet"
+            out[tier["metadata"]["name"]] = why
+    return out
+
+
+def wait_ready(cluster: LocalCluster, timeout: float = 60) -> dict[str, str]:
+    """Wait for every tier to be Ready; the ones that are not when time is up, and why."""
+    pending = wait("every tier to be Ready", lambda: not not_ready(cluster), timeout=timeout)
+    return {} if pending else not_ready(cluster)
+
+
+def run(cluster: LocalCluster, operator: OperatorProcess, scratch: Path) -> int:
+    """The demo on a running control plane: 0 when every tier ends Ready, else 1."""
+    banner("Fake GPU fleet (kwok nodes on a real kube-apiserver)")
+    print(
+        cluster.kubectl(
+            "get", "nodes", "-L", "nvidia.com/gpu.product", "-L", "kvcache.io/local-nvme"
+        )
+    )
+    install(cluster)
+    banner("Run the operator as the restricted kvtier-operator ServiceAccount")
+    operator.start()
+    print(f"operator healthy; metrics on {operator.metrics_url}")
+    play_cephfs_provisioner(cluster)
+    # The two Apply-mode tiers with a disk (NVMe, CephFS) are probed before serving.
+    play_kubelet_for_probes(cluster, scratch, expected=2)
+    pending = wait_ready(cluster)
+    report(cluster)
+    banner("Metrics (excerpt)")
+    print(
+        "\n".join(
+            line
+            for line in operator.metrics().splitlines()
+            if line.startswith(("kvtier_tier_", "kvtier_probe_p99", "kvtier_crossover"))
+        )
+    )
+    if pending:
+        banner("Not every tier became Ready")
+        for name, why in sorted(pending.items()):
+            print(f"  {name}: {why}")
+        return 1
+    banner("Every tier is Ready")
+    return 0
+
+
 def main() -> int:
     keep = os.environ.get("KVTIER_DEMO_KEEP") == "1"
     cluster = LocalCluster(default_workdir())
@@ -210,39 +259,7 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp(prefix="kvtier-demo-fio-"))  # fio needs a real disk
     operator = OperatorProcess(cluster, cluster.workdir / "logs" / "operator.log")
     try:
-        banner("Fake GPU fleet (kwok nodes on a real kube-apiserver)")
-        print(
-            cluster.kubectl(
-                "get", "nodes", "-L", "nvidia.com/gpu.product", "-L", "kvcache.io/local-nvme"
-            )
-        )
-        install(cluster)
-        banner("Run the operator as the restricted kvtier-operator ServiceAccount")
-        operator.start()
-        print(f"operator healthy; metrics on 127.0.0.1:{operator.metrics_port}")
-        play_cephfs_provisioner(cluster)
-        # The two Apply-mode tiers with a disk (NVMe, CephFS) are probed before serving.
-        play_kubelet_for_probes(cluster, scratch, expected=2)
-        wait(
-            "every tier to settle",
-            lambda: all(
-                any(
-                    c["type"] == "Ready" and c["status"] == "True"
-                    for c in (t.get("status") or {}).get("conditions") or []
-                )
-                for t in get_json(cluster, "kvt", "-n", NAMESPACE)["items"]
-            ),
-            timeout=60,
-        )
-        report(cluster)
-        banner("Metrics (excerpt)")
-        print(
-            "\n".join(
-                line
-                for line in operator.metrics().splitlines()
-                if line.startswith(("kvtier_tier_", "kvtier_probe_p99", "kvtier_crossover"))
-            )
-        )
+        return run(cluster, operator, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         if keep:
@@ -254,7 +271,6 @@ def main() -> int:
             operator.stop()
             cluster.down()
             shutil.rmtree(cluster.workdir, ignore_errors=True)
-    return 0
 
 
 if __name__ == "__main__":
