@@ -593,12 +593,14 @@ def bundle_files(docs: list[dict[str, Any]]) -> dict[Path, str]:
     files[manifests / f"{service['metadata']['name']}_v1_service.yaml"] = dump(
         [service], "charts/kvtier-operator"
     )
-    # OLM makes the admin/edit/view roles of owned CRDs itself; the metrics reader role and
-    # the NetworkPolicy are shipped as they are.
-    reader = copy.deepcopy(_one(docs, "ClusterRole", f"{RELEASE}-metrics-reader"))
-    files[
-        manifests / f"{reader['metadata']['name']}_rbac.authorization.k8s.io_v1_clusterrole.yaml"
-    ] = dump([reader], "charts/kvtier-operator")
+    # The metrics reader role, the roles that extend admin/edit/view to KVCacheTiers (OLM v1
+    # grants users nothing by itself) and the NetworkPolicy are shipped as they are.
+    for suffix in ("metrics-reader", "kvcachetier-editor", "kvcachetier-viewer"):
+        role = copy.deepcopy(_one(docs, "ClusterRole", f"{RELEASE}-{suffix}"))
+        name = role["metadata"]["name"]
+        files[manifests / f"{name}_rbac.authorization.k8s.io_v1_clusterrole.yaml"] = dump(
+            [role], "charts/kvtier-operator"
+        )
     policy = copy.deepcopy(_one(docs, "NetworkPolicy"))
     policy["metadata"].pop("namespace", None)
     files[manifests / f"{policy['metadata']['name']}_networking.k8s.io_v1_networkpolicy.yaml"] = (
