@@ -12,13 +12,16 @@ values of the fields deploy/argocd/application.yaml ignores carried into the man
 from __future__ import annotations
 
 import copy
+import json
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from kvtier.kube.rest import Kube
 from kvtier.render.quantities import quantity_to_bytes
 from localcluster import LocalCluster
 from tests.e2e import audit
@@ -33,7 +36,7 @@ from tests.e2e.kube_helpers import (
 from tests.e2e.operator_process import OperatorProcess
 from tests.e2e.test_kserve_offload import oracle, render
 from tests.e2e.test_operator_apply import POLICY
-from tests.e2e.test_real_contracts import APPLIED, argo_sync, live
+from tests.e2e.test_real_contracts import APPLIED, _path, argo_sync, live
 
 __all__ = ["oracle"]  # the fixture that builds KServe's controller (test_kserve_offload.py)
 
@@ -369,6 +372,63 @@ def test_argo_re_applies_cause_no_write(
     ).items()
 
 
+def _given_back(api: client.ApiClient, ns: str, user: dict[str, Any]) -> dict[str, Any] | None:
+    """The target once kvtier's record is gone from it, else None."""
+    current = live(api, ns, user)
+    return None if APPLIED in (current["metadata"].get("annotations") or {}) else current
+
+
+def _gitops_apply(api: client.ApiClient, ns: str, manifest: dict[str, Any]) -> None:
+    """A GitOps controller's forced server-side apply of the manifest as it is in git (Flux's
+    kustomize-controller does this)."""
+    body = {**manifest, "metadata": {**manifest["metadata"], "namespace": ns}}
+    Kube(api).request(
+        "PATCH",
+        _path(manifest["apiVersion"], manifest["kind"], ns, manifest["metadata"]["name"]),
+        json.dumps(body),
+        content_type="application/apply-patch+yaml",
+        query={"fieldManager": "kustomize-controller", "force": "true"},
+    )
+
+
+def test_a_worker_the_user_drops_does_not_come_back(
+    admin_api: client.ApiClient, ns: str, applied: dict[str, Any]
+) -> None:
+    """The manifest in git loses spec.worker: server-side apply keeps kvtier's fields there,
+    and kvtier must not keep alive a worker that only its own fields make."""
+    user = multi_node()
+    user["metadata"]["name"] = "qwen-drop"
+    _gitops_apply(admin_api, ns, user)
+    create_tier(admin_api, ns, "qwen-drop", _tier("qwen-drop"))
+    wait_condition(admin_api, ns, "qwen-drop", "Applied", "True", timeout=120)
+    assert "VLLM_ADDITIONAL_ARGS" in str(live(admin_api, ns, user)["spec"]["worker"])
+    single = copy.deepcopy(user)
+    del single["spec"]["worker"]
+    single["spec"]["parallelism"] = {"tensor": 1, "data": 8, "dataLocal": 8}
+    _gitops_apply(admin_api, ns, single)
+    after = eventually(
+        lambda: (
+            (t := live(admin_api, ns, single))
+            and "worker" not in t["spec"]
+            and get_tier(admin_api, ns, "qwen-drop")["status"]["plan"]["roles"][0]["templates"]
+            == ["spec.template"]
+            and t
+        ),
+        what="spec.worker gone",
+    )
+    wait_condition(admin_api, ns, "qwen-drop", "Applied", "True", timeout=60)
+    assert quantity_to_bytes(_main(after["spec"]["template"])["resources"]["requests"]["memory"])
+    client.CustomObjectsApi(admin_api).delete_namespaced_custom_object(
+        "kvcache.io", "v1alpha1", ns, "kvcachetiers", "qwen-drop"
+    )
+    stored = eventually(lambda: _given_back(admin_api, ns, single), what="qwen-drop back")
+    assert "worker" not in stored["spec"]
+    assert (
+        _main(stored["spec"]["template"])["resources"]
+        == _main(single["spec"]["template"])["resources"]
+    )
+
+
 def test_deleting_the_tiers_gives_every_template_and_the_scorer_back(
     admin_api: client.ApiClient, ns: str, applied: dict[str, dict[str, Any]]
 ) -> None:
@@ -377,14 +437,7 @@ def test_deleting_the_tiers_gives_every_template_and_the_scorer_back(
             "kvcache.io", "v1alpha1", ns, "kvcachetiers", name
         )
     for name, user in applied.items():
-        restored = eventually(
-            lambda u=user: (
-                (t := live(admin_api, ns, u))
-                and APPLIED not in (t["metadata"].get("annotations") or {})
-                and t
-            ),
-            what=f"{name} given back",
-        )
+        restored = eventually(partial(_given_back, admin_api, ns, user), what=f"{name} back")
         assert restored["spec"] == user["spec"]
     # Argo CD keeps syncing: nothing of kvtier's comes back, nothing of the user's goes.
     for user in (prefill_decode(), multi_node()):

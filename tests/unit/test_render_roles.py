@@ -415,3 +415,44 @@ def test_decide_unknown_scheduler_config_is_a_condition_not_a_write() -> None:
     assert (synced["status"], synced["reason"]) == ("False", "SchedulerConfigUnknown")
     assert all(w.action != "Patch" for w in decision.writes)
     assert "scheduler" not in decision.status["plan"]
+
+
+def _managed(obj: dict[str, Any], *parts: str) -> dict[str, Any]:
+    """`obj` with managedFields: argocd owns the spec parts named, kvtier what it wrote."""
+    spec: dict[str, Any] = {"f:template": {}}
+    for part in parts:
+        node = spec
+        for key in part.split("."):
+            node = node.setdefault(f"f:{key}", {})
+    obj = copy.deepcopy(obj)
+    obj["metadata"]["managedFields"] = [
+        {
+            "manager": "argocd-controller",
+            "operation": "Apply",
+            "apiVersion": obj["apiVersion"],
+            "fieldsV1": {"f:spec": spec},
+        },
+        {
+            "manager": "kvtier-operator",
+            "operation": "Apply",
+            "apiVersion": obj["apiVersion"],
+            "fieldsV1": {"f:spec": {"f:worker": {}, "f:prefill": {"f:template": {}}}},
+        },
+    ]
+    return obj
+
+
+def test_a_part_only_kvtier_keeps_alive_is_not_written_again() -> None:
+    """The user dropped spec.worker and spec.prefill from their manifest; server-side apply
+    kept kvtier's fields there. kvtier leaves them out of its apply (which removes them), so
+    no worker or prefill role comes back."""
+    obj = prefill_decode()
+    obj["spec"]["worker"] = _pod(4)
+    roles = _roles(obj)
+    kept = target_patch(_managed(obj, "worker", "prefill"), _offload(roles))
+    assert isinstance(kept, list) and {"worker", "prefill"} <= set(kept[0].body["spec"])
+    gone = target_patch(_managed(obj), _offload(roles))
+    assert isinstance(gone, list)
+    assert set(gone[0].body["spec"]) == {"kvCacheOffloading", "template"}
+    record = json.loads(gone[0].body["metadata"]["annotations"][APPLIED_ANNOTATION])
+    assert "pods" not in record and "prefillKVCacheOffloading" not in record

@@ -641,15 +641,28 @@ def inference_service_patch(
     return [*lists, _write(target, body, summary)]
 
 
+def users_part(target: Mapping[str, Any], part: str) -> bool:
+    """Whether the part of spec at the dotted path `part` (spec.worker, spec.prefill, ...) is
+    there because someone other than kvtier writes it. One that only kvtier's own fields keep
+    alive (its owner dropped it from their manifest: server-side apply keeps the fields of the
+    other managers) is not the user's any more, and writing it again would bring back a
+    worker or a prefill role they removed. Objects without managedFields (built by hand) are
+    taken as they are."""
+    if not isinstance(_get(target, *template_path(part)), Mapping):
+        return False
+    if not _get(target, "metadata", "managedFields"):
+        return True
+    path = ["f:spec", *(f"f:{key}" for key in part.split("."))]
+    return any(isinstance(_get(_fields_of(e), *path), Mapping) for e in _foreign_entries(target))
+
+
 def _pod_templates(target: Mapping[str, Any], offload: Offload) -> list[tuple[RoleOffload, str]]:
     """(role, pod template) for every pod template that runs vLLM: spec.template always (as
-    before roles), the others when the target has them."""
+    before roles), the others when the user's object has them."""
     out = []
     for role in offload.role_offloads():
         for template in role.templates:
-            if template == "template" or isinstance(
-                _get(target, *template_path(template)), Mapping
-            ):
+            if template == "template" or users_part(target, template):
                 out.append((role, template))
     return out
 
@@ -747,6 +760,8 @@ def llmisvc_v1alpha2_patch(
     record: dict[str, Any] = {}
     for role in offload.role_offloads():
         key, where = _NATIVE[role.role]
+        if role.role == PREFILL and not users_part(target, PREFILL):
+            continue
         if _get(target, *where, "kvCacheOffloading") is not None and not applied.get(key):
             return Conflict(
                 f"{'.'.join(where)}.kvCacheOffloading is already set by another manager"
