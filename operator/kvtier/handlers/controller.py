@@ -17,6 +17,7 @@ from kvtier import metrics
 from kvtier.api.tier import API_VERSION
 from kvtier.handlers.cache import VERSION_PREFERENCE, Cache, TierKey
 from kvtier.handlers.events import EventSender
+from kvtier.handlers.schemas import SchemaWatch
 from kvtier.handlers.workqueue import WorkQueue
 from kvtier.kube.informer import Informer
 from kvtier.kube.rest import Kube
@@ -108,6 +109,8 @@ class Controller:
         self.unkept: dict[UnkeptKey, Unkept] = {}
         # Reads the targets' vLLM metrics in the background; a result wakes its tier.
         self.observer = Observer(self._pods, self.queue.add)
+        # A new CRD of a kind kvtier writes may keep what the old one pruned.
+        self.schemas = SchemaWatch(self._openapi_index, self.schemas_changed)
 
     def lead(self) -> None:
         """Became the acting replica: once the watches have delivered what exists,
@@ -154,6 +157,7 @@ class Controller:
                 self.observer.run(lambda: self.cache.tiers, lambda: self.cache.policy, self.leading)
             )
         )
+        self._tasks.append(asyncio.create_task(self.schemas.run()))
         self._sender = asyncio.create_task(self.events.run())
 
     async def stop(self) -> None:
@@ -166,6 +170,27 @@ class Controller:
             await self.events.flush(timeout=5.0)
             self._sender.cancel()
             await asyncio.gather(self._sender, return_exceptions=True)
+
+    def _openapi_index(self) -> Mapping[str, Any]:
+        index: Mapping[str, Any] = self.kube.request("GET", "/openapi/v3") or {}
+        return index
+
+    def schemas_changed(self, groups: set[str]) -> None:
+        """Writes held back because a schema did not keep them get another try, and every
+        tier is looked at again (its target's schema may now take what it could not)."""
+        for key, unkept in list(self.unkept.items()):
+            if unkept.group in groups:
+                del self.unkept[key]
+        self.enqueue(self.cache.tier_keys())
+
+    def _forget_unkept(self, obj: Mapping[str, Any] | None) -> None:
+        """Drop the memo of writes to an object kvtier no longer writes (its tier is gone)."""
+        if obj is None:
+            return
+        meta = obj.get("metadata") or {}
+        where = (obj.get("kind"), meta.get("namespace"), meta.get("name"))
+        for key in [k for k in self.unkept if k[:3] == where]:
+            del self.unkept[key]
 
     def _pods(self, namespace: str) -> list[dict[str, Any]]:
         return self.kube.list("v1", "Pod", namespace)
@@ -458,6 +483,9 @@ class Controller:
             if exc.status != 404:
                 raise
         await self._set_finalizer(tier, present=False)
+        self._forget_unkept(target)
+        for obj in owned.values():
+            self._forget_unkept(obj)
         if deleting:
             metrics.forget_tier(namespace, name)
 

@@ -104,6 +104,11 @@ class Unkept:
     fingerprint: str
     generation: int | None
     paths: tuple[str, ...]
+    api_version: str = ""  # of the object: a new schema of its group may keep the write
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
 
 
 # (kind, namespace, name, action) of one write.
@@ -128,7 +133,9 @@ def unkept_write(write: DesiredWrite, answer: Mapping[str, Any] | None) -> Unkep
     if covers(answer, expected):
         return None
     paths = unkept_paths(answer, expected)
-    return Unkept(write_fingerprint(write), _generation(answer), tuple(paths[:5]))
+    return Unkept(
+        write_fingerprint(write), _generation(answer), tuple(paths[:5]), write.api_version
+    )
 
 
 def hold_unkept(

@@ -1,0 +1,81 @@
+"""The schema watch: hashes from /openapi/v3's index, changes, and what the controller does."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kubernetes import client
+
+from kvtier.handlers.controller import Controller
+from kvtier.handlers.schemas import SchemaWatch, changed_groups, schema_hashes
+from kvtier.kube.rest import Kube
+from kvtier.policy.provisioning import Unkept
+
+
+def _index(hashes: dict[str, str]) -> dict[str, Any]:
+    """The shape of GET /openapi/v3: a path per group version, its URL carrying the hash."""
+    paths = {
+        f"apis/{gv}": {"serverRelativeURL": f"/openapi/v3/apis/{gv}?hash={h}"}
+        for gv, h in hashes.items()
+    }
+    return {"paths": {**paths, "api/v1": {"serverRelativeURL": "/openapi/v3/api/v1?hash=CORE"}}}
+
+
+def test_hashes_of_the_watched_groups_only() -> None:
+    index = _index({"serving.kserve.io/v1beta1": "A", "ceph.rook.io/v1": "B", "apps/v1": "C"})
+    assert schema_hashes(index, {"serving.kserve.io", "ceph.rook.io"}) == {
+        "serving.kserve.io/v1beta1": "A",
+        "ceph.rook.io/v1": "B",
+    }
+    assert schema_hashes({"paths": "junk"}, {"serving.kserve.io"}) == {}
+
+
+def test_changes_count_new_gone_and_rehashed_versions() -> None:
+    before = {"serving.kserve.io/v1beta1": "A", "ceph.rook.io/v1": "B"}
+    assert changed_groups(before, dict(before)) == set()
+    assert changed_groups(before, {**before, "ceph.rook.io/v1": "B2"}) == {"ceph.rook.io"}
+    assert changed_groups(before, {**before, "serving.kserve.io/v1alpha2": "D"}) == {
+        "serving.kserve.io"
+    }
+    assert changed_groups(before, {"ceph.rook.io/v1": "B"}) == {"serving.kserve.io"}
+
+
+def test_the_first_read_records_and_a_failed_read_never_stops_the_watch() -> None:
+    reads = [_index({"serving.kserve.io/v1beta1": h}) for h in ("A", "B")]
+    seen: list[set[str]] = []
+    watch = SchemaWatch(lambda: reads.pop(0), seen.append, interval=0.01)
+    assert watch.check() == set() and seen == []
+    assert watch.check() == {"serving.kserve.io"} and seen == [{"serving.kserve.io"}]
+
+    async def run_briefly() -> None:
+        task = asyncio.create_task(watch.run())  # reads.pop now raises IndexError each tick
+        await asyncio.sleep(0.05)
+        assert not task.done()
+        task.cancel()
+
+    asyncio.run(run_briefly())
+
+
+def test_a_schema_change_releases_held_writes_of_its_group_only() -> None:
+    controller = Controller(Kube(client.ApiClient()))
+    kserve = ("InferenceService", "ns", "srv", "Patch")
+    rook = ("CephFilesystem", "rook", "kv", "Apply")
+    controller.unkept = {
+        kserve: Unkept("f1", 3, ("spec.x",), "serving.kserve.io/v1beta1"),
+        rook: Unkept("f2", 1, ("spec.y",), "ceph.rook.io/v1"),
+    }
+    controller.schemas_changed({"serving.kserve.io"})
+    assert list(controller.unkept) == [rook]
+
+
+def test_a_gone_tier_leaves_no_memo_of_its_objects() -> None:
+    controller = Controller(Kube(client.ApiClient()))
+    key = ("InferenceService", "ns", "srv", "Patch")
+    controller.unkept = {key: Unkept("f1", 3, ("spec.x",), "serving.kserve.io/v1beta1")}
+    controller._forget_unkept({"kind": "InferenceService", "metadata": {"name": "other"}})
+    assert key in controller.unkept
+    controller._forget_unkept(
+        {"kind": "InferenceService", "metadata": {"namespace": "ns", "name": "srv"}}
+    )
+    assert controller.unkept == {}
