@@ -4,19 +4,25 @@ metrics-reader ClusterRole, applied with deploy/manifests/rbac.yaml) read it."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import ssl
+import subprocess
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
 
-from localcluster import LocalCluster
+from localcluster import LocalCluster, free_port
 from tests.certs import ServingCert, serving_cert
+from tests.e2e.kube_helpers import eventually
 from tests.e2e.operator_process import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,3 +131,80 @@ def test_certificate_is_the_one_given(
     plain = f"http://127.0.0.1:{secure_operator.metrics_port}/metrics"
     with pytest.raises(OSError), urllib.request.urlopen(plain, timeout=5) as r:
         r.read()
+
+
+def prometheus_binary() -> Path:
+    out = subprocess.run(
+        [str(REPO / "hack" / "prometheus" / "build")], check=True, capture_output=True, text=True
+    )
+    return Path(out.stdout.strip().splitlines()[-1]) / "prometheus"
+
+
+@pytest.fixture(scope="module")
+def prometheus(
+    secure_operator: OperatorProcess,
+    cert: ServingCert,
+    scrapers: tuple[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[str]:
+    """A real Prometheus scraping the operator as the chart's ServiceMonitor does: https,
+    the CA that signed the serving certificate, a bearer token; once with the bound
+    scraper's token, once with the stranger's."""
+    workdir = tmp_path_factory.mktemp("prometheus")
+    jobs = []
+    for job, token in (("reader", scrapers[0]), ("stranger", scrapers[1])):
+        (workdir / f"{job}.token").write_text(token)
+        jobs.append(
+            {
+                "job_name": job,
+                "scheme": "https",
+                "tls_config": {"ca_file": str(cert.ca)},
+                "authorization": {"credentials_file": str(workdir / f"{job}.token")},
+                "static_configs": [{"targets": [f"127.0.0.1:{secure_operator.metrics_port}"]}],
+            }
+        )
+    config = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s"}, "scrape_configs": jobs}
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    log = (workdir / "prometheus.log").open("w")
+    proc = subprocess.Popen(
+        [
+            str(prometheus_binary()),
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def query(url: str, promql: str) -> list[Any]:
+    q = urllib.parse.urlencode({"query": promql})
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=2) as resp:
+            result: list[Any] = json.loads(resp.read())["data"]["result"]
+    except OSError:
+        return []
+    return result
+
+
+def test_real_prometheus_scrapes_with_the_token_and_ca(prometheus: str) -> None:
+    """up is 1 for the bound scraper and its kvtier series are stored; the stranger's scrape
+    fails (up 0) and stores none."""
+
+    def up() -> dict[str, str] | None:
+        rows = {r["metric"]["job"]: r["value"][1] for r in query(prometheus, "up")}
+        return rows if {"reader", "stranger"} <= set(rows) else None
+
+    assert eventually(up, 30, "both scrapes to run") == {"reader": "1", "stranger": "0"}
+    series = query(prometheus, 'kvtier_events_dropped_total{job="reader"}')
+    assert len(series) == 1
+    assert query(prometheus, '{job="stranger", __name__=~"kvtier_.*"}') == []
