@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kvtier.evict import EvictorLock, Options, PassResult, TierDir, Watermarks, open_tier_dir
-from kvtier.evict.run import run_pass
+from kvtier.evict.run import FULL_WALK_SECONDS, LastWalk, run_pass, volume_bound
 from tests.unit.evict_tree import BASE, BLOCK_BYTES, block_path, make_tier, write_block
 
 DAY = 86400.0
@@ -32,10 +32,12 @@ def tree_bytes(root: Path) -> int:
     return sum(p.lstat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def evict(tier: TierDir, capacity: int, **options: object) -> PassResult:
+def evict(
+    tier: TierDir, capacity: int, last: LastWalk | None = None, **options: object
+) -> PassResult:
     lock = EvictorLock(tier)
     try:
-        return run_pass(tier, lock, Options(capacity_bytes=capacity, **options))  # type: ignore[arg-type]
+        return run_pass(tier, lock, Options(capacity_bytes=capacity, **options), last=last)  # type: ignore[arg-type]
     finally:
         lock.release()
 
@@ -141,3 +143,51 @@ def test_watermarks_are_options(tmp_path: Path, tier: TierDir) -> None:
     result = evict(tier, capacity, watermarks=Watermarks(high=0.5, low=0.25))
     assert result.evicted_files > 0
     assert tree_bytes(tmp_path) <= 0.25 * capacity
+
+
+def walked_at(root: Path, at: float, slack: int = 1 << 30) -> LastWalk:
+    """A previous walk that found the tree as it is now. The volume's used bytes then are
+    set `slack` above today's, so that other writers on this machine's disk between now and
+    the pass do not count as the tier's growth."""
+    used = volume_bound(os.statvfs(root)).used + slack
+    files = [p for p in root.rglob("*") if p.is_file()]
+    return LastWalk(at, tree_bytes(root), used, len(files), len(files) - 1)
+
+
+def test_far_below_high_the_loop_estimates_instead_of_walking(
+    tmp_path: Path, tier: TierDir
+) -> None:
+    """The last walk found the tier half full and the volume has not grown since: no walk,
+    so blocks written behind the volume's back (here: inside the slack) are not seen."""
+    make_tier(tmp_path, 50, oldest=time.time() - DAY)
+    capacity = capacity_for(tmp_path, 0.5)
+    last = walked_at(tmp_path, time.time())
+    more = [write_block(block_path(tmp_path, 100 + i), time.time() - DAY) for i in range(50)]
+    result = evict(tier, capacity, last=last)
+    assert not result.walked and result.evicted_files == 0
+    assert result.used_bytes == last.used_bytes, "estimated: no growth of the volume"
+    assert all(p.exists() for p in more)
+    # A walk as old as FULL_WALK_SECONDS: walk, and find the tier full.
+    stale = walked_at(tmp_path, time.time() - FULL_WALK_SECONDS - 1)
+    again = evict(tier, capacity, last=stale)
+    assert again.walked and again.evicted_files > 0
+
+
+def test_halfway_to_high_the_loop_walks(tmp_path: Path, tier: TierDir) -> None:
+    """Halfway between low (70 %) and high (85 %) is 77.5 %: from there on, every pass walks."""
+    make_tier(tmp_path, 100, oldest=time.time() - DAY)
+    result = evict(tier, capacity_for(tmp_path, 0.78), last=walked_at(tmp_path, time.time()))
+    assert result.walked and result.evicted_files == 0
+    below = evict(tier, capacity_for(tmp_path, 0.77), last=walked_at(tmp_path, time.time()))
+    assert not below.walked
+
+
+def test_the_volumes_growth_counts_as_the_tiers(tmp_path: Path, tier: TierDir) -> None:
+    """The last walk found the tier at half its capacity; the volume has grown by another
+    half of it since: estimated full, so the pass walks (and evicts)."""
+    make_tier(tmp_path, 100, oldest=time.time() - DAY)
+    capacity = capacity_for(tmp_path, 0.9)
+    last = walked_at(tmp_path, time.time(), slack=0)
+    last = LastWalk(last.at, capacity // 2, last.volume_used_bytes - capacity // 2, 0, 0)
+    result = evict(tier, capacity, last=last)
+    assert result.walked and result.evicted_files > 0

@@ -17,6 +17,7 @@ from kvtier.evict.policy import (
     is_protected,
     last_use,
     lru_order,
+    walk_needed,
 )
 from kvtier.evict.scan import scan
 from tests.unit.evict_tree import BASE, block_path, make_tier, write_block
@@ -61,6 +62,13 @@ def test_the_fuller_bound_decides_and_both_end_below_low() -> None:
     # Once a bound crossed high, every bound is brought to low: the volume needs 60 GiB more.
     bounds[0] = Bound("volume", used=200 * GiB, size=200 * GiB)
     assert bytes_to_free(bounds, marks) == 200 * GiB - 140 * GiB
+
+
+def test_a_walk_is_needed_from_halfway_between_the_watermarks() -> None:
+    marks = Watermarks(high=0.85, low=0.70)
+    assert not walk_needed([Bound("capacity", used=77, size=100)], marks)
+    assert walk_needed([Bound("capacity", used=78, size=100)], marks)
+    assert walk_needed([Bound("volume", used=10, size=100), Bound("c", 80, 100)], marks)
 
 
 def test_a_zero_sized_bound_counts_as_full() -> None:

@@ -45,8 +45,8 @@ class EvictMetrics:
         )
         self.passes = Counter(
             "kvtier_evict_passes",
-            "Passes by result: evicted, idle (below the watermark), standby (another evictor "
-            "holds the lock), error.",
+            "Passes by result: evicted, idle (below the watermark), estimated (no walk: far "
+            "below it), standby (another evictor holds the lock), error.",
             ["result"],
             registry=r,
         )
@@ -71,8 +71,14 @@ class EvictMetrics:
         if not result.acted:
             self.passes.labels("standby").inc()
             return
-        self.passes.labels("evicted" if result.bytes_to_free else "idle").inc()
         self.last_duration.set(result.duration_seconds)
+        if not result.walked:
+            self.passes.labels("estimated").inc()
+            self.used.set(result.used_bytes)
+            self.volume_used.set(result.volume_used_bytes)
+            self.usage.set(result.usage_ratio)
+            return
+        self.passes.labels("evicted" if result.bytes_to_free else "idle").inc()
         gone_bytes, gone_files = (
             (0, 0)
             if result.dry_run

@@ -51,6 +51,14 @@ def bytes_to_free(bounds: Iterable[Bound], marks: Watermarks) -> int:
     return max(0, *(b.used - math.floor(marks.low * b.size) for b in bounds))
 
 
+def walk_needed(estimates: Iterable[Bound], marks: Watermarks) -> bool:
+    """Whether a pass must walk the tree, from bounds estimated without walking it: once
+    any is halfway from the low watermark to the high one. Below that, the tier's growth
+    since the last walk (which the volume's statistics show) cannot have reached high."""
+    halfway = (marks.high + marks.low) / 2
+    return any(b.used >= halfway * b.size for b in estimates)
+
+
 def last_use(atime: float, mtime: float) -> float:
     """When a file was last read or written. mtime counts too: with `noatime` a read is never
     recorded, and with `relatime` only the first read after a write (or after a day) is."""
