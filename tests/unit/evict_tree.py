@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[2]
 BASE = "meta-llama_Llama-3.1-8B_0123456789ab"  # <model>_<12-hex digest>, as vLLM names it
 BLOCK_BYTES = 4096
 
@@ -46,7 +47,7 @@ def in_namespace(script: str) -> subprocess.CompletedProcess[str]:
         ["unshare", "-rm", "sh", "-c", script],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "operator")},
+        env={**os.environ, "PYTHONPATH": str(REPO)},  # the scripts import tests.unit
         check=False,
         timeout=120,
     )
