@@ -456,3 +456,24 @@ def test_a_part_only_kvtier_keeps_alive_is_not_written_again() -> None:
     assert set(gone[0].body["spec"]) == {"kvCacheOffloading", "template"}
     record = json.loads(gone[0].body["metadata"]["annotations"][APPLIED_ANNOTATION])
     assert "pods" not in record and "prefillKVCacheOffloading" not in record
+
+
+def test_decodes_own_data_parallel_flags_count_without_spec_parallelism_data() -> None:
+    facts = target_facts(prefill_decode()).roles
+    base = _inp(replicas=2, data_parallel_size=2)  # the container's --data-parallel-size 2
+    decode, prefill = (role_input(base, r, r.tensor) for r in facts)
+    assert (decode.data_parallel_size, decode.replicas) == (2, 2)
+    assert prefill.data_parallel_size == 1
+    (role,) = role_plans(base, plan(decode), facts[:1])
+    assert role.cpu_bytes_per_pod == 2 * role.plan.sizing.cpu_bytes_to_use
+    assert role.endpoint_cpu_bytes == 2 * role.plan.sizing.cpu_bytes_to_use
+
+
+def test_roles_read_only_what_the_user_writes() -> None:
+    obj = prefill_decode()
+    obj["spec"]["worker"] = _pod(4)
+    assert [r.templates for r in target_facts(_managed(obj, "worker", "prefill")).roles] == [
+        ("template", "worker"),
+        ("prefill.template",),
+    ]
+    assert [r.templates for r in target_facts(_managed(obj)).roles] == [("template",)]

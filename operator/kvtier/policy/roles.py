@@ -34,9 +34,14 @@ def role_input(inp: SizingInput, role: RoleFacts, tensor: int | None = None) -> 
     """The sizing input of one role: its engines share the sessions; the node-memory cap is
     per engine (a pod's share over its engines, or times the pods a pipelined engine spans)."""
     pods = role.pods_per_replica if role.data_parallel else 1
+    # Without spec.parallelism.data the decode container's own --data-parallel-size flags
+    # (already in `inp`) still count; prefill has none of decode's.
+    engines = role.engines_per_pod if role.data_parallel else inp.data_parallel_size
+    if role.role != DECODE and not role.data_parallel:
+        engines = 1
     changes: dict[str, Any] = {
         "replicas": role.replicas * pods,
-        "data_parallel_size": role.engines_per_pod,
+        "data_parallel_size": engines,
         "model_server_pods_per_node": inp.model_server_pods_per_node * role.engines_per_pod,
     }
     if tensor is not None:
@@ -58,7 +63,7 @@ class RolePlan:
         cpu = self.plan.sizing.cpu_bytes_to_use
         if self.facts.stages_per_pod > 1:
             return -(-cpu // self.facts.stages_per_pod)
-        return cpu * self.facts.engines_per_pod
+        return cpu * self.engines_per_pod
 
     @property
     def pod_memory_bytes(self) -> int:
@@ -81,10 +86,15 @@ class RolePlan:
         return -(-self.plan.sizing.bytes_per_token_per_rank // self.facts.pipeline)
 
     @property
+    def engines_per_pod(self) -> int:
+        return self.plan.input.data_parallel_size
+
+    @property
     def endpoint_cpu_bytes(self) -> int:
         """The CPU tier behind one router endpoint: KServe's InferencePool selects one pod per
         replica (the leader of a LeaderWorkerSet group), which fronts all its engines."""
-        return self.plan.sizing.cpu_bytes_to_use * self.facts.engines_per_replica
+        pods = self.facts.pods_per_replica if self.facts.data_parallel else 1
+        return self.plan.sizing.cpu_bytes_to_use * self.engines_per_pod * pods
 
     def offload(self) -> RoleOffload:
         return RoleOffload(
@@ -110,7 +120,7 @@ class RolePlan:
             "data": f.data,
             "dataLocal": f.data_local,
             "podsPerReplica": f.pods_per_replica,
-            "enginesPerPod": f.engines_per_pod,
+            "enginesPerPod": self.engines_per_pod,
             "bytesPerTokenPerRank": self.bytes_per_token_per_rank,
             "cpuBytesToUse": s.cpu_bytes_to_use,
             "cpuBytesPerPod": self.cpu_bytes_per_pod,

@@ -12,6 +12,7 @@ from typing import Any
 
 from kvtier.api.common import quantity_bytes
 from kvtier.policy.server_flags import ServerFlags, server_flags
+from kvtier.render.targets import users_part
 
 GPU_RESOURCE = "nvidia.com/gpu"
 HF_PREFIXES = ("hf://", "huggingface://")
@@ -191,10 +192,11 @@ def llm_inference_service_facts(obj: Mapping[str, Any]) -> TargetFacts:
     gpus, mem_req, mem_lim = _resources(main)
     tp = _int(_get(spec, "parallelism", "tensor")) or _flag_tp(main)
     model_name = _model_from_uri(_get(spec, "model", "uri")) or _get(spec, "model", "name")
-    roles = [_role("decode", spec, tp)]
+    # Parts of spec that only kvtier's own fields keep alive are no role (render/targets.py).
+    roles = [_role("decode", spec, tp, users_part(obj, "worker"))]
     prefill = spec.get("prefill")
-    if isinstance(prefill, Mapping):
-        roles.append(_role("prefill", prefill, tp))
+    if isinstance(prefill, Mapping) and users_part(obj, "prefill"):
+        roles.append(_role("prefill", prefill, tp, users_part(obj, "prefill.worker")))
     return TargetFacts(
         kind="LLMInferenceService",
         api_version=str(obj.get("apiVersion", "serving.kserve.io/v1alpha2")),
@@ -223,12 +225,11 @@ def _flag_tp(main: Mapping[str, Any]) -> int | None:
     return _int(_flag(_args(main.get("args")) + env_args, TP_FLAGS))
 
 
-def _role(name: str, spec: Mapping[str, Any], tp: int | None) -> RoleFacts:
+def _role(name: str, spec: Mapping[str, Any], tp: int | None, worker: bool) -> RoleFacts:
     """A role from its part of the spec (spec, or spec.prefill); KServe gives prefill its own
     replicas and parallelism, falling back to nothing of decode's but the model."""
     par = spec.get("parallelism")
     par = par if isinstance(par, Mapping) else {}
-    worker = isinstance(spec.get("worker"), Mapping)
     if name == "decode":
         templates = ["template"]
     else:
