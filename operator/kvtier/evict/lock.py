@@ -4,8 +4,9 @@ The evictor takes an exclusive flock(2) on `.kvtier-evict.lock` in the tier dire
 keeps it while it runs; any other evictor on the same directory finds it taken and stands by,
 taking over once the holder exits (the kernel drops the lock with the holder's descriptor, so
 no stale lock outlives a crashed evictor). flock works across nodes on the file systems of
-kvtier's tiers: a local disk trivially; CephFS (kernel client and ceph-fuse) keeps flock
-locks in its metadata server; NFS clients turn them into NFS byte-range locks.
+kvtier's tiers: a local disk trivially; CephFS's kernel client (ceph-csi's default mounter)
+sends them to the metadata server, which holds them for every client; NFS clients turn them
+into NFS byte-range locks.
 
 CephFS drops the locks of a client whose session it evicts, and from then on the client's
 reads and writes on that descriptor fail with EIO; so each pass re-reads the lock file through
