@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import json
 import sys
-from typing import TYPE_CHECKING, Any
 
 from kvtier.cli import SUBCOMMAND_MODULES, CliError
 from kvtier.sizing import (
@@ -31,7 +30,12 @@ from kvtier.sizing import (
     resolve_kv_dtype,
 )
 
+# typing only for annotations: `kvtier plan` starts without importing it (bench/startup.py;
+# mypy treats any name TYPE_CHECKING as true).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from rich.console import Console
     from rich.text import Text
 

@@ -244,8 +244,15 @@ def test_fixture_configs_size_like_their_catalog_entries(path: Path) -> None:
             continue  # derived configs carry the catalog's geometry by construction
         ours = sizing.geometry_from_hf_config(root / source)
         catalog = sizing.lookup_model(model["model"])
-        fields = ("attention_layers", "kv_heads", "head_dim", "latent_attention")
-        fields += ("sliding_layers", "sliding_window", "linear_attention_blocks")
+        fields = (
+            "attention_layers",
+            "kv_heads",
+            "head_dim",
+            "latent_attention",
+            "sliding_layers",
+            "sliding_window",
+            "linear_attention_blocks",
+        )
         assert {f: getattr(ours, f) for f in fields} == {f: getattr(catalog, f) for f in fields}, (
             source
         )

@@ -10,10 +10,15 @@ import json
 import os
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
 
 from kvtier.sizing.errors import SizingError
 from kvtier.sizing.geometry import ModelGeometry
+
+# typing only for annotations: `kvtier plan` starts without importing it (bench/startup.py;
+# mypy treats any name TYPE_CHECKING as true).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # The package's own file: no importlib.resources, whose zipfile support costs start-up time.
 CATALOG_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "catalog", "models.json")

@@ -11,11 +11,16 @@ import dataclasses
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
 
 from kvtier.sizing.errors import SizingError
 from kvtier.sizing.geometry import ModelGeometry
 from kvtier.textfile import TextFileError, read_text_file
+
+# typing only for annotations: `kvtier plan` starts without importing it (bench/startup.py;
+# mypy treats any name TYPE_CHECKING as true).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 FIELD = "config.json"
 

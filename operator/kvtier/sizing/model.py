@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
 
 from kvtier.sizing.catalog import lookup_model
 from kvtier.sizing.errors import SizingError
 from kvtier.sizing.geometry import ModelGeometry
 from kvtier.sizing.hfconfig import geometry_from_hf_config
+
+# typing only for annotations: `kvtier plan` starts without importing it (bench/startup.py;
+# mypy treats any name TYPE_CHECKING as true).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def resolve_geometry(

@@ -11,7 +11,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
 
 from kvtier.sizing.errors import SizingError
 from kvtier.sizing.fio import fio_block_size, fio_command
@@ -33,6 +32,12 @@ from kvtier.sizing.tiers import (
 from kvtier.sizing.topology import choose_topology
 from kvtier.sizing.units import human_bytes
 from kvtier.sizing.vllm import ACCESS_KEY_ENV, SECRET_KEY_ENV, ObjectStore, kv_transfer_config
+
+# typing only for annotations: `kvtier plan` starts without importing it (bench/startup.py;
+# mypy treats any name TYPE_CHECKING as true).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 GiB = 1 << 30
 EVICTION_POLICIES = ("lru", "arc")

@@ -22,9 +22,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import Any
 
 from kvtier.sizing.errors import SizingError
+
+# typing only for annotations: `kvtier plan` starts without importing it (bench/startup.py;
+# mypy treats any name TYPE_CHECKING as true).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 DISK_TYPES: tuple[str, ...] = ("NVMe", "CephFS", "ObjectStore")
 SHARED_DISK_TYPES = frozenset({"CephFS", "ObjectStore"})  # one cache for all replicas

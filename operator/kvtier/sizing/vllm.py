@@ -11,8 +11,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import urlsplit
+
+# typing only for annotations: `kvtier plan` starts without importing it (bench/startup.py;
+# mypy treats any name TYPE_CHECKING as true).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _DISK_TIER_TYPE = {"NVMe": "fs", "CephFS": "fs", "ObjectStore": "obj"}
 # The container env the model server reads the object store's keys from (a Secret's keys, set
@@ -33,6 +37,8 @@ class ObjectStore:
     keys_in_config: bool = False
 
     def store_config(self) -> dict[str, str]:
+        from urllib.parse import urlsplit  # only an obj tier needs it (start-up time)
+
         url = urlsplit(self.endpoint)
         config = {
             "bucket": self.bucket,
