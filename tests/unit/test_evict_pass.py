@@ -191,3 +191,12 @@ def test_the_volumes_growth_counts_as_the_tiers(tmp_path: Path, tier: TierDir) -
     last = LastWalk(last.at, capacity // 2, last.volume_used_bytes - capacity // 2, 0, 0)
     result = evict(tier, capacity, last=last)
     assert result.walked and result.evicted_files > 0
+
+
+def test_lost_and_found_is_passed_over(tmp_path: Path, tier: TierDir) -> None:
+    make_tier(tmp_path, 1, oldest=time.time() - DAY)
+    (tmp_path / "lost+found").mkdir(mode=0o700)
+    stray = write_block(tmp_path / "lost+found" / "#1234", time.time() - DAY)
+    result = evict(tier, capacity=1)
+    assert result.skipped_dirs == 0 and result.notes == []
+    assert result.files == 3 and stray.exists()  # the block, config.json and the lock

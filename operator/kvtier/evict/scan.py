@@ -26,6 +26,9 @@ from kvtier.evict.tier_dir import DIR_FLAGS, TierDir
 
 MAX_DEPTH = 16  # vLLM's layout is 4 deep; deeper trees are not a tier's
 MAX_NOTES = 5
+# A fresh ext4 volume (an LVM or TopoLVM claim) has one at its root, root-only: never vLLM's,
+# and not worth a note on every pass.
+LOST_AND_FOUND = "lost+found"
 
 # Where a directory sits in vLLM's layout: its block files live only at GROUP.
 _ROOT, _RANK, _PREFIX, _GROUP, _OTHER = range(5)
@@ -165,6 +168,8 @@ class _Walker:
                 else:
                     found.add_path(f"{rel}/{name}")
         for name in subdirs:
+            if place.state == _ROOT and name == LOST_AND_FOUND:
+                continue
             self._enter(fd, name, f"{rel}/{name}" if rel else name, depth + 1, place)
 
     def _enter(self, parent: int, name: str, rel: str, depth: int, place: _Place) -> None:
