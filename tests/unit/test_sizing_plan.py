@@ -418,3 +418,20 @@ def test_bad_input_names_its_field(changes: dict[str, Any], field: str) -> None:
     with pytest.raises(SizingError) as err:
         plan(_input(**changes))
     assert err.value.field == field
+
+
+def test_pipeline_stages_keep_one_copy_per_rank_for_mla() -> None:
+    """vLLM's replicated MLA layout is TP-only: with pipeline stages each rank keeps its own."""
+    from kvtier.sizing import lookup_model
+
+    def chunk(pp: int) -> int:
+        inp = SizingInput(
+            lookup_model("deepseek-v3"),
+            32_000,
+            tensor_parallel_size=8,
+            vllm_version="0.33.0",
+            pipeline_parallel_size=pp,
+        )
+        return plan(inp).sizing.block_bytes
+
+    assert chunk(1) == 1_126_400 and chunk(2) == 8 * 16 * 61 * 576 * 2

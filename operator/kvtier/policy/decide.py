@@ -296,6 +296,7 @@ def _sizing_input(
         hybrid_kv_cache_manager=flags.hybrid_kv_cache_manager is not False,
         data_parallel_size=flags.data_parallel_size_local or flags.data_parallel_size or 1,
         distributed_executor_backend=flags.distributed_executor_backend or "mp",
+        pipeline_parallel_size=flags.pipeline_parallel_size or 1,
         max_model_len=flags.max_model_len,
         cpu_bytes=None if cpu == "auto" else quantity_bytes(cpu),
         node_memory_bytes=place.node_memory_bytes,

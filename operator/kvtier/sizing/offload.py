@@ -90,7 +90,7 @@ def offload_layout(
     hybrid_kv_cache_manager: bool = True,
     tiering: bool = False,
     executor: str = "mp",
-    single_node: bool = True,
+    pipeline_parallel_size: int = 1,
 ) -> OffloadLayout:
     """The CPU-tier layout vLLM builds (see the module header)."""
     tp = tensor_parallel_size
@@ -113,8 +113,9 @@ def offload_layout(
         release.mla_replicated
         and geometry.latent_attention
         and tp > 1
+        # vLLM's boundary for the shared layout: TP only (one node, no pipeline stages).
         and executor == "mp"
-        and single_node
+        and pipeline_parallel_size == 1
     )
     copies = 1 if replicated else tp
     raw = size * per_layer * tokens_per_chunk * copies

@@ -69,6 +69,7 @@ class SizingInput:
     hybrid_kv_cache_manager: bool = True  # off: --disable-hybrid-kv-cache-manager
     data_parallel_size: int = 1  # engines per model-server pod, each with its own CPU tier
     distributed_executor_backend: str = "mp"
+    pipeline_parallel_size: int = 1  # stages: each holds its layers, the chunk is the same
     max_model_len: int | None = None  # --max-model-len
     cpu_bytes: int | None = None  # None = auto: the working set, capped by node memory
     # CPU tier cap: node allocatable memory × fraction ÷ model-server pods on the node.
@@ -117,6 +118,7 @@ class SizingInput:
             "blockSizeTokens": self.block_tokens,
             "gpuBlockSizeTokens": self.gpu_block_tokens,
             "dataParallelSize": self.data_parallel_size,
+            "pipelineParallelSize": self.pipeline_parallel_size,
             "modelServerPodsPerNode": self.model_server_pods_per_node,
             "nReadThreads": self.n_read_threads,
             "nWriteThreads": self.n_write_threads,
@@ -497,6 +499,7 @@ def _size(
         hybrid_kv_cache_manager=inp.hybrid_kv_cache_manager,
         tiering=tiering,
         executor=inp.distributed_executor_backend,
+        pipeline_parallel_size=inp.pipeline_parallel_size,
     )
     block = layout.chunk_bytes
     tokens = inp.average_context_tokens
