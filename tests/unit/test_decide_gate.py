@@ -43,3 +43,17 @@ def decide_with(t: dict[str, Any], replicas: int) -> Any:
     # Nodes whose memory holds a third of each replica's working set in its CPU tier.
     nodes = [node(f"gpu-node-{i}", memory="512Gi") for i in range(4)]
     return decide(facts(t, target=llmisvc(replicas=replicas), nodes=nodes))
+
+
+def test_status_carries_both_views_and_validates_against_the_crd_model() -> None:
+    from kvtier.api.tier import KVCacheTierStatus
+    from kvtier.handlers.controller import prune
+
+    d = decide_with(_probed_cephfs(0.05, 205e6), replicas=3)
+    (cephfs,) = (t for t in d.status["tiers"] if t["name"] == "cephfs")
+    assert cephfs["decidedBy"] == "throughput"
+    assert cephfs["latency"]["beneficial"] is False and cephfs["throughput"]["beneficial"]
+    assert cephfs["latency"]["tierTokens"] > 0
+    assert d.status["sizing"]["vllmRelease"] == "0.24"
+    assert d.status["sizing"]["contextBytes"] == 262_144 * 50_000
+    KVCacheTierStatus.model_validate(prune(d.status))

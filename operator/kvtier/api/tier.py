@@ -500,6 +500,17 @@ class SizingStatus(KubeModel):
         description="How many average contexts the CPU tier holds.",
     )
     topology: Topology | None = Field(default=None, description="The chosen tier topology.")
+    context_bytes: int | None = Field(
+        default=None, ge=0, description="CPU-tier bytes of one average context, as vLLM stores it."
+    )
+    cpu_chunks: int | None = Field(
+        default=None, ge=0, description="Chunks vLLM creates for cpuBytesToUse."
+    )
+    vllm_release: ShortText | None = Field(
+        default=None,
+        alias="vllmRelease",
+        description="The vLLM release the figures are vLLM's own for (docs/sizing.md).",
+    )
 
 
 class ProbeResult(KubeModel):
@@ -538,6 +549,53 @@ class ProbeResult(KubeModel):
     )
 
 
+_VIEW_REASON = Annotated[str, StringConstraints(max_length=2048)]
+
+
+class LatencyView(KubeModel):
+    """One request on an idle server: restoring the part of its prefix the tier holds."""
+
+    prefill_seconds_per_token: float | None = Field(
+        default=None, ge=0, description="t_prefill: compute time of one prompt token."
+    )
+    prefill_source: Literal["Measured", "BaselineTTFT"] | None = Field(
+        default=None, description="Measured (vLLM's metrics) or BaselineTTFT ÷ context."
+    )
+    crossover_tokens: int | None = Field(
+        default=None, ge=0, description="L = p99 ÷ t_prefill: a longer prefix restores faster."
+    )
+    tier_tokens: int | None = Field(
+        default=None, ge=0, description="Tokens of an average prefix expected from the tier."
+    )
+    restore_seconds: float | None = Field(
+        default=None, ge=0, description="p99 plus those tokens' blocks at the bandwidth."
+    )
+    recompute_seconds: float | None = Field(
+        default=None, ge=0, description="Those tokens × t_prefill."
+    )
+    beneficial: bool | None = Field(default=None, description="Whether this view wins.")
+    reason: _VIEW_REASON | None = Field(default=None, description="Why, for people.")
+
+
+class ThroughputView(KubeModel):
+    """A loaded server: restores cost no GPU time; the bandwidth is a capacity."""
+
+    restore_tokens_per_second: float | None = Field(
+        default=None, ge=0, description="Tokens per second the tier restores, all replicas."
+    )
+    gpu_seconds_saved_per_second: float | None = Field(
+        default=None, ge=0, description="That capacity × t_prefill."
+    )
+    saved_seconds_per_request: float | None = Field(
+        default=None, ge=0, description="Prefill one restore of the tier's part saves."
+    )
+    tail_seconds: float | None = Field(
+        default=None, ge=0, description="The p99 a restoring request adds to its TTFT."
+    )
+    beneficial: bool | None = Field(default=None, description="Whether this view wins.")
+    reason: _VIEW_REASON | None = Field(default=None, description="Why, for people.")
+
+
 class TierStatus(KubeModel):
     """One provisioned tier."""
 
@@ -558,7 +616,17 @@ class TierStatus(KubeModel):
     )
     beneficial: bool | None = Field(
         default=None,
-        description="Whether the average context is above the crossover, so the tier helps.",
+        description="Whether restoring from the tier beats recomputing, by the view that "
+        "decided (decidedBy).",
+    )
+    decided_by: Literal["latency", "throughput", "both"] | None = Field(
+        default=None,
+        description="The view that decided: latency (one request on an idle server), "
+        "throughput (a loaded server) or both.",
+    )
+    latency: LatencyView | None = Field(default=None, description="The latency view's figures.")
+    throughput: ThroughputView | None = Field(
+        default=None, description="The throughput view's figures."
     )
 
 

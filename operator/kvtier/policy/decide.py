@@ -419,7 +419,14 @@ def _status_tiers(
             entry["claimName"] = disk["claimName"]
         if disk.get("capacityQuantity"):
             entry["capacityBytes"] = quantity_bytes(disk["capacityQuantity"])
-        for key in ("crossoverTokens", "restoreBlocksPerSecond", "beneficial"):
+        for key in (
+            "crossoverTokens",
+            "restoreBlocksPerSecond",
+            "beneficial",
+            "decidedBy",
+            "latency",
+            "throughput",
+        ):
             if t.get(key) is not None:
                 entry[key] = t[key]
         if probe is not None and name == DISK_TIER_NAMES.get(sp.disk or ""):

@@ -214,14 +214,14 @@ class Sizing:
             "fitsInCPU": self.fits_in_cpu,
             "contextsInCPU": self.contexts_in_cpu,
             "topology": self.topology,
+            "contextBytes": self.context_bytes,
+            "cpuChunks": self.cpu_chunks,
         }
 
     def as_dict(self) -> dict[str, Any]:
         return {
             **self.to_status(),
             "workingSetBytesAllReplicas": self.working_set_bytes_all_replicas,
-            "contextBytes": self.context_bytes,
-            "cpuChunks": self.cpu_chunks,
             "podMemoryBytes": self.pod_memory_bytes,
             "shmBytes": self.shm_bytes,
             "diskBytes": self.disk_bytes,
@@ -255,13 +255,16 @@ class SizingPlan:
     def to_status(self) -> dict[str, Any]:
         """The `sizing` and `tiers` figures of KVCacheTier status."""
         return {
-            "sizing": self.sizing.to_status(),
+            "sizing": {**self.sizing.to_status(), "vllmRelease": self.release.series},
             "tiers": [
                 {
                     "name": t.name,
                     "crossoverTokens": t.crossover_tokens,
                     "restoreBlocksPerSecond": t.restore_blocks_per_second,
                     "beneficial": t.beneficial,
+                    "decidedBy": t.decided_by,
+                    "latency": t.latency.as_dict() if t.latency else None,
+                    "throughput": t.throughput.as_dict() if t.throughput else None,
                 }
                 for t in self.tiers
                 if t.selected
