@@ -40,6 +40,8 @@ class Traffic:
     stores_dropped: float = 0.0  # dropped offload stores per second
     # Lookups that reach the offload tiers, as a share of prompt tokens.
     queried_share: float = 0.8
+    # TP x PP workers: vLLM adds up every worker's transfer time.
+    workers: int = 1
 
 
 SCENARIOS: dict[str, Traffic] = {
@@ -74,9 +76,9 @@ def totals(t: Traffic, seconds: float) -> dict[tuple[str, tuple[tuple[str, str],
         ("vllm:external_prefix_cache_queries", ()): queried,
         ("vllm:external_prefix_cache_hits", ()): offload,
         ("vllm:kv_offload_load_bytes", ()): blocks * BLOCK_BYTES,
-        ("vllm:kv_offload_load_time", ()): blocks * t.load_seconds_per_block,
+        ("vllm:kv_offload_load_time", ()): blocks * t.load_seconds_per_block * t.workers,
         ("vllm:kv_offload_store_bytes", ()): computed / BLOCK_TOKENS * BLOCK_BYTES,
-        ("vllm:kv_offload_store_time", ()): computed / BLOCK_TOKENS * 0.002,
+        ("vllm:kv_offload_store_time", ()): computed / BLOCK_TOKENS * 0.002 * t.workers,
         ("vllm:kv_offload_allocation_failure", ()): t.stores_dropped * seconds,
         ("vllm:request_prefill_time_seconds", ()): (computed * t.t_prefill, requests),
         ("vllm:time_to_first_token_seconds", ()): (computed * t.t_prefill * 1.05, requests),
@@ -85,7 +87,7 @@ def totals(t: Traffic, seconds: float) -> dict[tuple[str, tuple[tuple[str, str],
         ("vllm:kv_offload_tiering_chunk_queries", (("tier", "1:fs"),)): queried / 16,
         ("vllm:kv_offload_tiering_chunk_hits", (("tier", "1:fs"),)): fs_hits,
         ("vllm:kv_offload_tiering_read_bytes", (("tier", "1:fs"),)): fs_hits * BLOCK_BYTES,
-        ("vllm:kv_offload_tiering_read_time", (("tier", "1:fs"),)): fs_hits * 0.03,
+        ("vllm:kv_offload_tiering_read_time", (("tier", "1:fs"),)): fs_hits * 0.03 * t.workers,
     }
     return out
 

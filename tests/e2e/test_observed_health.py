@@ -12,6 +12,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ POD = f"{TARGET}-kserve-0"
 WINDOW = 15  # seconds: the figures' window
 INTERVAL = 5  # seconds between evaluations of a tier
 SCRAPE = 1  # Prometheus scrape interval
+TP = 4  # the target's tensor parallelism: vLLM sums the transfer time of its 4 workers
 # A scenario change shows after one full window, plus two agreeing evaluations, plus the
 # scrape and the status write: within two windows.
 WITHIN = 2 * WINDOW
@@ -50,8 +52,8 @@ class ScriptedServer:
     """Serves vLLM's exposition; counters integrate the current scenario's rates over time,
     so they only ever grow, as a running vLLM's do."""
 
-    def __init__(self, version: str, config: str) -> None:
-        self.version, self.config = version, config
+    def __init__(self, version: str, config: str, workers: int) -> None:
+        self.version, self.config, self.workers = version, config, workers
         self.scenario = "idle"
         self._lock = threading.Lock()
         self._since = time.monotonic()
@@ -76,7 +78,8 @@ class ScriptedServer:
 
     def _advance(self) -> None:
         now = time.monotonic()
-        step = vx.totals(vx.SCENARIOS[self.scenario], now - self._since)
+        traffic = replace(vx.SCENARIOS[self.scenario], workers=self.workers)
+        step = vx.totals(traffic, now - self._since)
         for key, value in step.items():
             was = self._totals.get(key)
             if isinstance(value, tuple):
@@ -110,7 +113,7 @@ def prometheus_binary() -> Path:
 
 @pytest.fixture(scope="module")
 def vllm() -> Iterator[ScriptedServer]:
-    server = ScriptedServer("0.33.0", "cpu+fs")
+    server = ScriptedServer("0.33.0", "cpu+fs", workers=TP)
     yield server
     server.stop()
 
@@ -221,7 +224,7 @@ def test_a_tier_follows_each_scripted_scenario(
     create_target(
         admin_api,
         ns,
-        llm_inference_service(TARGET, tp=4, model_uri="hf://meta-llama/Llama-3.1-70B-Instruct"),
+        llm_inference_service(TARGET, tp=TP, model_uri="hf://meta-llama/Llama-3.1-70B-Instruct"),
     )
     # No baseline TTFT is typed: the verdict uses the t_prefill measured from the window.
     create_tier(

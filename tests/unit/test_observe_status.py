@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 
 from kvtier import metrics
 from kvtier.observe.series import parse_exposition
-from kvtier.observe.status import Observation, evaluate, failed, tier_facts
+from kvtier.observe.status import Observation, evaluate, failed, steady, tier_facts
 from kvtier.observe.verdict import EffectiveState, Thresholds, TPrefill
 from kvtier.policy.decide import decide
 from tests import vllm_exposition as vx
@@ -170,3 +170,33 @@ def test_the_observed_figures_are_exported_as_kvtier_metrics() -> None:
     assert REGISTRY.get_sample_value("kvtier_observed_vllm_tier_hit_ratio", tier_labels) == 0.25
     metrics.forget_tier("llm", "exported")
     assert REGISTRY.get_sample_value("kvtier_tier_effective", labels) is None
+
+
+def test_the_measured_t_prefill_holds_within_the_margin() -> None:
+    assert steady(0.0052, 0.005, 0.1) == 0.005  # 4 % off: held
+    assert steady(0.0060, 0.005, 0.1) == 0.006  # 20 % off: follows
+    assert steady(0.005, None, 0.1) == 0.005
+    assert steady(None, 0.005, 0.1) is None
+    was: dict[str, Any] = {"observed": {"measuredTPrefillSeconds": 0.0048}}
+    obs = observe("hit", was)  # measures 0.005, within 10 % of 0.0048
+    assert obs.observed is not None and obs.observed["measuredTPrefillSeconds"] == 0.0048
+    assert obs.t_prefill == TPrefill(0.0048, "Measured")
+
+
+def test_the_workers_come_from_the_spec_or_the_decode_role() -> None:
+    plan = {
+        "plan": {
+            "roles": [
+                {"role": "prefill", "tensor": 2},
+                {"role": "decode", "tensor": 4, "pipeline": 2},
+            ]
+        }
+    }
+    from_role = tier_facts(sized(**plan))
+    assert from_role is not None and from_role.workers == 8
+    spec_tier = sized(**plan)
+    spec_tier["spec"]["model"] = {"tensorParallelSize": 2}
+    from_spec = tier_facts(spec_tier)
+    assert from_spec is not None and from_spec.workers == 2
+    bare = tier_facts(sized())
+    assert bare is not None and bare.workers == 1

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -195,7 +195,9 @@ class Observer:
             return None
         last = self.results.get(key)
         if last is not None:
-            facts = TierFacts(**{**facts.__dict__, "previous": last.state})
+            # This replica's own last result is newer than the status the cache holds.
+            held = (last.observed or {}).get("measuredTPrefillSeconds", facts.previous_t_prefill)
+            facts = replace(facts, previous=last.state, previous_t_prefill=held)
         now = self._clock()
         try:
             read = self._read(st, facts, now)

@@ -7,7 +7,7 @@ observed.pendingStatus/pendingCount), so an operator restart loses none of it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -44,6 +44,16 @@ class TierFacts:
     average_context_tokens: int
     baseline_ttft: float | None
     previous: EffectiveState | None
+    previous_t_prefill: float | None = None  # the measured t_prefill last written
+
+
+def _workers(model: Mapping[str, Any], status: Mapping[str, Any]) -> int:
+    """TP × PP workers of one engine: the spec's TP, else the decode role's parallelism."""
+    if model.get("tensorParallelSize"):
+        return int(model["tensorParallelSize"])
+    roles = (status.get("plan") or {}).get("roles") or []
+    role = next((r for r in roles if r.get("role") == "decode"), None) or {}
+    return max(1, int(role.get("tensor") or 1) * int(role.get("pipeline") or 1))
 
 
 def _status(value: object) -> Status | None:
@@ -82,11 +92,20 @@ def tier_facts(tier: Mapping[str, Any]) -> TierFacts | None:
         target=(spec.get("targetRef") or {}).get("name", ""),
         block_bytes=int(block_bytes),
         block_tokens=block_tokens,
-        workers=int(model.get("tensorParallelSize") or 1),
+        workers=_workers(model, status),
         average_context_tokens=int(workload.get("averageContextTokens") or 0),
         baseline_ttft=probe.get("baselineTTFTSeconds"),
         previous=previous,
+        previous_t_prefill=(status.get("observed") or {}).get("measuredTPrefillSeconds"),
     )
+
+
+def steady(measured: float | None, previous: float | None, margin: float) -> float | None:
+    """The measured t_prefill, held at its last value while it moves less than `margin`
+    (relative), so the crossover derived from it does not follow every window's noise."""
+    if measured is None or previous is None or previous <= 0:
+        return measured
+    return previous if abs(measured - previous) < margin * previous else measured
 
 
 @dataclass(frozen=True)
@@ -167,6 +186,8 @@ def evaluate(
         state = settle(verdict, facts.previous, th)
         return Observation(state, None)
     fig = figures(increases(before, after), facts.block_bytes, workers=facts.workers)
+    held = steady(fig.t_prefill_seconds_per_token, facts.previous_t_prefill, th.margin)
+    fig = replace(fig, t_prefill_seconds_per_token=held)
     t_prefill = choose_t_prefill(
         facts.baseline_ttft, facts.average_context_tokens, fig.t_prefill_seconds_per_token
     )
