@@ -477,3 +477,22 @@ def test_roles_read_only_what_the_user_writes() -> None:
         ("prefill.template",),
     ]
     assert [r.templates for r in target_facts(_managed(obj)).roles] == [("template",)]
+
+
+def test_prefill_is_capped_by_its_own_pods_per_node() -> None:
+    nodes = [
+        {
+            "metadata": {"name": "n0"},
+            "status": {"allocatable": {"nvidia.com/gpu": "8", "memory": "256Gi"}},
+        }
+    ]
+    obj = prefill_decode()
+    obj["spec"]["prefill"] = {"replicas": 8, "parallelism": {"tensor": 1}, "template": _pod(1)}
+    facts = target_facts(obj)
+    # Decode pods take 4 GPUs (2 per node); prefill pods 1 (8 per node).
+    base = _inp(replicas=2, node_memory_bytes=256 * GiB, model_server_pods_per_node=2)
+    decode, prefill = role_plans(base, plan(role_input(base, facts.roles[0])), facts.roles, nodes)
+    assert prefill.facts.gpus_per_pod == 1
+    assert prefill.plan.input.model_server_pods_per_node == 8
+    # 0.5 of 256 GiB over 8 pods, less 4 GiB headroom, over the overhead factor 2.
+    assert prefill.plan.sizing.cpu_bytes_to_use <= 6 * GiB < decode.plan.sizing.cpu_bytes_to_use

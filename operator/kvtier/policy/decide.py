@@ -660,7 +660,7 @@ def _size(
         dropped = _drop_if_not_beneficial(sp, eff)
         if dropped is not None:
             sp = plan(replace(inp, disk_type="None"))
-        roles = role_plans(base, sp, target.roles)
+        roles = role_plans(base, sp, target.roles, facts.nodes)
     except _Refusal as refusal:
         return [refusal.verdict]
     except SizingError as exc:

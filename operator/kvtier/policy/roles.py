@@ -20,11 +20,12 @@ decode replicas) and is the decode role's.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
-from kvtier.policy.targets import RoleFacts
+from kvtier.policy.targets import RoleFacts, placement
 from kvtier.render.roles import DECODE, RoleOffload
 from kvtier.render.scheduler import DEFAULT_BLOCK_TOKENS, blocks
 from kvtier.sizing import SizingInput, SizingPlan, plan
@@ -136,16 +137,28 @@ class RolePlan:
 
 
 def role_plans(
-    base: SizingInput, decode_plan: SizingPlan, roles: tuple[RoleFacts, ...]
+    base: SizingInput,
+    decode_plan: SizingPlan,
+    roles: tuple[RoleFacts, ...],
+    nodes: Sequence[Mapping[str, Any]] = (),
 ) -> list[RolePlan]:
     """Every role's plan. Decode's is the tier's own plan (planned from role_input(base,
     decode)); prefill is planned from `base` (the tier's input before any role) with its own
-    replicas and parallelism, CPU tier only. SizingError when a role cannot be sized."""
+    replicas, parallelism and placement (its pods' GPUs and node selector over `nodes`), CPU
+    tier only. SizingError when a role cannot be sized."""
     out: list[RolePlan] = []
     for role in roles:
         if role.role == DECODE:
             out.append(RolePlan(role, decode_plan))
-        else:
-            inp = replace(role_input(base, role, role.tensor or 1), disk_type="None")
-            out.append(RolePlan(role, plan(inp)))
+            continue
+        tensor = role.tensor or 1
+        if nodes:
+            place = placement(nodes, role.node_selector, role.gpus_per_pod or tensor)
+            base = replace(
+                base,
+                model_server_pods_per_node=place.pods_per_node,
+                node_memory_bytes=place.node_memory_bytes or base.node_memory_bytes,
+            )
+        inp = replace(role_input(base, role, tensor), disk_type="None")
+        out.append(RolePlan(role, plan(inp)))
     return out

@@ -39,6 +39,9 @@ class RoleFacts:
     data_local: int = 1
     multi_node: bool = False
     templates: tuple[str, ...] = ("template",)  # paths under spec, dotted
+    # The role's own pods: GPUs of its main container and the nodes it selects (placement).
+    gpus_per_pod: int | None = None
+    node_selector: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def data_parallel(self) -> bool:
@@ -238,6 +241,8 @@ def _role(name: str, spec: Mapping[str, Any], tp: int | None, worker: bool) -> R
         templates = ["prefill.template"] if has_template else []
     if worker:
         templates.append("worker" if name == "decode" else "prefill.worker")
+    pod = spec.get(templates[0].rsplit(".", 1)[-1]) if templates else None
+    pod = pod if isinstance(pod, Mapping) else {}
     return RoleFacts(
         role=name,
         replicas=max(_int(spec.get("replicas")) or 1, 1),
@@ -247,6 +252,8 @@ def _role(name: str, spec: Mapping[str, Any], tp: int | None, worker: bool) -> R
         data_local=max(_int(par.get("dataLocal")) or 1, 1),
         multi_node=worker,
         templates=tuple(templates),
+        gpus_per_pod=_resources(_container(pod.get("containers"), "main"))[0],
+        node_selector=_str_map(pod.get("nodeSelector")),
     )
 
 
