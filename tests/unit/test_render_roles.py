@@ -496,3 +496,13 @@ def test_prefill_is_capped_by_its_own_pods_per_node() -> None:
     assert prefill.plan.input.model_server_pods_per_node == 8
     # 0.5 of 256 GiB over 8 pods, less 4 GiB headroom, over the overhead factor 2.
     assert prefill.plan.sizing.cpu_bytes_to_use <= 6 * GiB < decode.plan.sizing.cpu_bytes_to_use
+
+
+def test_autoscaled_roles_count_the_replicas_they_scale_to() -> None:
+    obj = prefill_decode()
+    del obj["spec"]["replicas"]
+    obj["spec"]["scaling"] = {"minReplicas": 1, "maxReplicas": 3}
+    obj["spec"]["prefill"] = {"scaling": {"minReplicas": 2, "maxReplicas": 6}, "template": _pod(2)}
+    facts = target_facts(obj)
+    assert facts.replicas == 3
+    assert [r.replicas for r in facts.roles] == [3, 6]

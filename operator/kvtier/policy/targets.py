@@ -205,7 +205,7 @@ def llm_inference_service_facts(obj: Mapping[str, Any]) -> TargetFacts:
         api_version=str(obj.get("apiVersion", "serving.kserve.io/v1alpha2")),
         model_name=model_name if isinstance(model_name, str) and model_name else None,
         tensor_parallel_size=tp,
-        replicas=max(_int(spec.get("replicas")) or 1, 1),
+        replicas=_replicas(spec),
         node_selector=_str_map(template.get("nodeSelector")),
         gpus_per_pod=gpus,
         memory_request_bytes=mem_req,
@@ -228,6 +228,15 @@ def _flag_tp(main: Mapping[str, Any]) -> int | None:
     return _int(_flag(_args(main.get("args")) + env_args, TP_FLAGS))
 
 
+def _replicas(spec: Mapping[str, Any]) -> int:
+    """spec.replicas, or with autoscaling (spec.scaling, exclusive with replicas in KServe's
+    schema) the most it scales to, as for an InferenceService's maxReplicas."""
+    scaling = spec.get("scaling")
+    scaling = scaling if isinstance(scaling, Mapping) else {}
+    counts = (spec.get("replicas"), scaling.get("minReplicas"), scaling.get("maxReplicas"))
+    return max([n for n in (_int(c) for c in counts) if n is not None] + [1])
+
+
 def _role(name: str, spec: Mapping[str, Any], tp: int | None, worker: bool) -> RoleFacts:
     """A role from its part of the spec (spec, or spec.prefill); KServe gives prefill its own
     replicas and parallelism, falling back to nothing of decode's but the model."""
@@ -245,7 +254,7 @@ def _role(name: str, spec: Mapping[str, Any], tp: int | None, worker: bool) -> R
     pod = pod if isinstance(pod, Mapping) else {}
     return RoleFacts(
         role=name,
-        replicas=max(_int(spec.get("replicas")) or 1, 1),
+        replicas=_replicas(spec),
         tensor=_int(par.get("tensor")) or (tp if name == "decode" else _prefill_tp(spec)),
         pipeline=max(_int(par.get("pipeline")) or 1, 1),
         data=max(_int(par.get("data")) or 1, 1),
