@@ -225,3 +225,8 @@ def test_a_config_in_a_configmap_is_reported_with_the_value_to_set() -> None:
 def test_inference_service_has_no_scheduler() -> None:
     isvc = {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService", "spec": {}}
     assert llmisvc_scheduler(isvc, _offload(DECODE)) is None
+
+
+def test_no_capacity_is_written_without_the_roles_bytes_per_token() -> None:
+    bare = Offload(CONFIG, DECODE.cpu_bytes, 2 * DECODE.cpu_bytes, DECODE.cpu_bytes)
+    assert llmisvc_scheduler(target(), bare) is None

@@ -125,7 +125,7 @@ def scheduler_sync(
     ref = config.get("ref")
     inline = config.get("inline")
     if not isinstance(inline, Mapping):
-        if isinstance(ref, Mapping) and roles:
+        if isinstance(ref, Mapping) and roles and roles[0].bytes_per_token > 0:
             count = blocks(
                 roles[0].endpoint_cpu_bytes, roles[0].bytes_per_token, DEFAULT_BLOCK_TOKENS
             )
@@ -176,7 +176,8 @@ def scheduler_sync(
         return SchedulerProblem(
             UNKNOWN_CONFIG_REASON, f"{where}: {BLOCK_TOKENS} {block_tokens!r} is not a block size"
         )
-    by_role = {r.role: r for r in roles}
+    # A role without its bytes per token (an Offload built without roles) has no block count.
+    by_role = {r.role: r for r in roles if r.bytes_per_token > 0}
     served = _served_roles(inline, CPU_SCORER, list(by_role))
     if not served or not by_role:
         return None  # declared but in no scheduling profile: not enabled
