@@ -46,6 +46,11 @@ QUANTITY_MAX_LENGTH = 64
 AUTO = "auto"
 
 
+def timestamp(now: datetime) -> str:
+    """A Kubernetes metav1.Time, as conditions and events carry it."""
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def cel(
     rule: str, message: str, *, field_path: str | None = None, reason: str | None = None
 ) -> dict[str, str]:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kvtier.api.common import timestamp
+
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
 MAX_MESSAGE = 32768
 # Conditions whose True means trouble.
@@ -29,10 +31,6 @@ class Verdict:
     @property
     def ok(self) -> bool:
         return self.status == (FALSE if self.type in NEGATIVE_POLARITY else TRUE)
-
-
-def timestamp(now: datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def merge_conditions(

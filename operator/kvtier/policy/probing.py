@@ -16,8 +16,9 @@ from typing import Any
 
 from croniter import croniter
 
+from kvtier.api.common import timestamp
 from kvtier.api.tier import ConditionType
-from kvtier.policy.conditions import FALSE, TRUE, Verdict, timestamp
+from kvtier.policy.conditions import FALSE, TRUE, Verdict
 from kvtier.render.labels import TierRef
 from kvtier.render.probe_job import (
     PROBE_TIER,

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from kvtier.api.common import timestamp
 from kvtier.api.tier import API_VERSION
 from kvtier.names import FIELD_MANAGER
-from kvtier.policy.conditions import timestamp
 
 MAX_MESSAGE = 1024  # the API server refuses longer Event messages
 
