@@ -194,6 +194,12 @@ def test_the_client_reads_vllm_series_through_the_real_prometheus(
     assert isinstance(other, Snapshot) and not other.values
 
 
+def wide_column(table: str, name: str) -> str:
+    """One column of the first row of `kubectl get -o wide` (columns align with the header)."""
+    header, row = table.splitlines()[:2]
+    return row[header.index(name) :].split()[0]
+
+
 SCENARIOS = [
     ("hit", "True", "ServesHits"),
     ("useless", "False", "NoHits"),
@@ -265,6 +271,10 @@ def test_a_tier_follows_each_scripted_scenario(
                 text = operator.metrics()
                 assert f'kvtier_tier_effective{{name="llama",namespace="{ns}"}} 1.0' in text
                 assert "kvtier_observed_external_hit_ratio{" in text
+                wide = cluster.kubectl("get", "kvt", "llama", "-n", ns, "-o", "wide")
+                assert wide_column(wide, "EFFECTIVE") == "True"
+                assert float(wide_column(wide, "HIT RATIO")) == pytest.approx(0.75, rel=0.05)
+                assert float(wide_column(wide, "LOAD/BLOCK")) == pytest.approx(0.02, rel=0.05)
             if scenario == "useless":
                 assert observed["externalHitRatio"] == 0
                 text = operator.metrics()
