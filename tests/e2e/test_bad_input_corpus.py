@@ -60,7 +60,7 @@ POLICY: dict[str, Any] = {
             "mountPath": "/var/mnt/nvme",
             "nodeSelector": {"kvcache.io/local-nvme": "true"},
             "capacityPerNode": "3Ti",
-            "volumeSource": "HostPath",
+            "volumeSource": "Local",
         }
     ],
 }

@@ -77,7 +77,7 @@ POLICY: dict[str, Any] = {
             "mountPath": "/var/mnt/nvme",
             "nodeSelector": {POOL_LABEL: "true"},
             "capacityPerNode": "3Ti",
-            "volumeSource": "HostPath",
+            "volumeSource": "Local",
         }
     ],
     "cephfs": {"storageClassName": "ocs-storagecluster-cephfs"},

@@ -38,7 +38,7 @@ POLICY: dict[str, Any] = {
             "mountPath": "/var/mnt/nvme",
             "nodeSelector": {"kvcache.io/local-nvme": "true"},
             "capacityPerNode": "3Ti",
-            "volumeSource": "HostPath",
+            "volumeSource": "Local",
         }
     ],
     "cephfs": {"storageClassName": "ocs-storagecluster-cephfs"},
@@ -174,8 +174,7 @@ def test_nvme_tier_on_llmisvc_v1alpha2(admin_api: client.ApiClient, ns: str) -> 
     }
     assert pinned == nodes and len(pvs) == len(nodes)
     for pv in pvs:
-        assert pv.spec.host_path.path.startswith("/var/mnt/nvme/kvtier/")
-        assert pv.spec.host_path.type == "DirectoryOrCreate"
+        assert pv.spec.local.path == "/var/mnt/nvme" and pv.spec.host_path is None
         assert pv.spec.capacity["storage"] == "2Ti"
 
     # The target, field by field.

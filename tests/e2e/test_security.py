@@ -50,7 +50,7 @@ POLICY: dict[str, Any] = {
             "mountPath": MOUNT,
             "nodeSelector": {"kvcache.io/local-nvme": "true"},
             "capacityPerNode": "3Ti",
-            "volumeSource": "HostPath",
+            "volumeSource": "Local",
         }
     ],
     "cephfs": {"storageClassName": "ocs-storagecluster-cephfs"},
@@ -537,8 +537,9 @@ def test_every_kvtier_pv_lies_inside_a_policy_pool(admin_api: client.ApiClient) 
     for pv in pvs:
         pool = (pv.metadata.labels or {}).get(NVME_POOL)
         assert pool in pools, f"PV {pv.metadata.name} in no policy pool ({pool})"
-        source = pv.spec.host_path or pv.spec.local
-        assert source is not None, f"PV {pv.metadata.name} is neither hostPath nor local"
+        source = pv.spec.local
+        assert pv.spec.host_path is None, f"PV {pv.metadata.name} is a hostPath PV"
+        assert source is not None, f"PV {pv.metadata.name} is not a local PV"
         path = source.path
         mount = pools[pool]
         assert posixpath.normpath(path) == path, path

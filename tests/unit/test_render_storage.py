@@ -94,19 +94,6 @@ def test_one_local_pv_per_eligible_node_with_affinity() -> None:
     assert "gpu-node-1" in writes[0].summary and "/var/mnt/nvme" in writes[0].summary
 
 
-def test_hostpath_pv_gets_a_subdirectory_per_tier() -> None:
-    pool = _pool(volume_source=VolumeSource.HOST_PATH)
-    write = nvme_volume(TIER, pool, NODES[0], TiB)
-    assert write.body["spec"]["hostPath"] == {
-        "path": "/var/mnt/nvme/kvtier/llm/llama70b",
-        "type": "DirectoryOrCreate",
-    }
-    assert "local" not in write.body["spec"]
-    other = nvme_volume(TierRef("other", "llama70b"), pool, NODES[0], TiB)
-    assert other.body["spec"]["hostPath"]["path"] == "/var/mnt/nvme/kvtier/other/llama70b"
-    assert other.name != write.name
-
-
 def test_no_eligible_node_is_an_error() -> None:
     with pytest.raises(RenderError) as err:
         nvme_volumes(TIER, _pool(node_selector={"x": "y"}), NODES, TiB)

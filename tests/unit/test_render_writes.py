@@ -78,10 +78,8 @@ def test_nvme_isvc_writes_in_order() -> None:
     assert [w.action for w in result.writes] == ["Apply"] * 4 + ["Patch", "Apply"]
     pvs = result.writes[1:4]
     assert {w.body["spec"]["capacity"]["storage"] for w in pvs} == {"1Ti"}  # tier's nvme.size
-    # The example pool is HostPath: PVs of type DirectoryOrCreate, one directory per tier.
-    assert {w.body["spec"]["hostPath"]["path"] for w in pvs} == {
-        "/var/mnt/nvme/kvtier/llm/llama70b"
-    }
+    # The example pool is Local: PVs on the directory prepared on each node.
+    assert {w.body["spec"]["local"]["path"] for w in pvs} == {"/var/mnt/nvme"}
     lists, patch = result.writes[-2:]
     assert (patch.name, patch.namespace) == ("llama-3-1-70b", "llm")
     assert "hostPath" not in set(_walk([lists.body, patch.body]))  # pods never see a hostPath

@@ -73,6 +73,11 @@ manifests and the OLM bundle are rendered from this chart). Secrets are never gr
 - apiGroups: [storage.k8s.io]
   resources: [storageclasses]
   verbs: [get, list, watch, create, patch, delete]
+# StorageClass NVMe pools: the capacity a class's driver publishes per node. Read only, and
+# cluster-wide because drivers publish it in their own namespace; it names no workload.
+- apiGroups: [storage.k8s.io]
+  resources: [csistoragecapacities]
+  verbs: [list, watch]
 # The storage probe runs as a Job on the tier's volume.
 - apiGroups: [batch]
   resources: [jobs]

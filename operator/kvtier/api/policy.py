@@ -31,11 +31,11 @@ POLICY_NAME_MESSAGE = "KVCachePolicy must be named 'cluster'"
 
 
 class VolumeSource(StrEnum):
-    """How kvtier exposes an NVMe pool: as `local` PersistentVolumes (the directory must exist on
-    the node) or as `hostPath` PersistentVolumes of type DirectoryOrCreate (one subdirectory per
-    tier, no node preparation). Pods only ever see a PVC either way."""
+    """How kvtier exposes a mountPath pool: as `local` PersistentVolumes on a directory prepared
+    on each node (docs/nvme.md). Pods only ever see a PVC."""
 
     LOCAL = "Local"
+    # Refused at admission (HOST_PATH_MESSAGE); still named so an old policy learns why.
     HOST_PATH = "HostPath"
 
 
@@ -92,17 +92,53 @@ class TierDefaults(KubeModel):
 _MOUNT_PATH_MESSAGE = (
     "spec.nvmePools[].mountPath must be an absolute path without '.' or '..' segments"
 )
+HOST_PATH_MESSAGE = (
+    "spec.nvmePools[].volumeSource: HostPath is no longer supported: DirectoryOrCreate makes "
+    "root-owned 0755 directories without a container SELinux label, which restricted-v2 pods "
+    "cannot write; use Local on a prepared directory or storageClassName (docs/nvme.md)"
+)
+POOL_SOURCE_MESSAGE = (
+    "spec.nvmePools[]: set exactly one of mountPath (kvtier-made local PersistentVolumes) or "
+    "storageClassName (per-pod claims of a provisioner's StorageClass)"
+)
+CLASS_VOLUME_SOURCE_MESSAGE = (
+    "spec.nvmePools[].volumeSource applies to mountPath pools only: a storageClassName pool's "
+    "volumes come from its provisioner"
+)
 
 
 class NVMePool(KubeModel):
-    """Host NVMe space the platform team offers; tiers name the pool, never a path."""
+    """Host NVMe space the platform team offers; tiers name the pool, never a path. Either a
+    StorageClass of a dynamic local provisioner (storageClassName) or a directory on each node
+    that kvtier exposes as local PersistentVolumes (mountPath)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel("has(self.mountPath) != has(self.storageClassName)", POOL_SOURCE_MESSAGE),
+            cel(
+                "!has(self.storageClassName) || !has(self.volumeSource)",
+                CLASS_VOLUME_SOURCE_MESSAGE,
+                field_path=".volumeSource",
+            ),
+        )
+    )
 
     name: DnsLabel = Field(description="Pool name that KVCacheTiers use in spec.disk.nvme.pool.")
-    mount_path: Annotated[
-        str, StringConstraints(min_length=2, max_length=1024, pattern=r"^(/[^/]+)+$")
-    ] = Field(
+    storage_class_name: DnsSubdomain | None = Field(
+        default=None,
+        description="StorageClass of a dynamic local provisioner (LVM Storage / TopoLVM, Local "
+        "Storage Operator), ideally WaitForFirstConsumer: each replica gets an ephemeral claim "
+        "of it, and CSIStorageCapacity objects, where its driver publishes them, are checked "
+        "against the tier's size. Excludes mountPath.",
+    )
+    mount_path: (
+        Annotated[str, StringConstraints(min_length=2, max_length=1024, pattern=r"^(/[^/]+)+$")]
+        | None
+    ) = Field(
+        default=None,
         description="Absolute path where the NVMe file system is mounted on each node, "
-        "e.g. /mnt/nvme (no trailing slash, no empty, '.' or '..' segments).",
+        "e.g. /mnt/nvme (no trailing slash, no empty, '.' or '..' segments); kvtier makes a "
+        "local PersistentVolume on it per node and tier. Excludes storageClassName.",
         json_schema_extra=validations(
             cel("!self.matches('/\\\\.\\\\.?(/|$)')", _MOUNT_PATH_MESSAGE)
         ),
@@ -119,13 +155,15 @@ class NVMePool(KubeModel):
         description="Labels of the nodes that have this mount; all nodes when omitted.",
     )
     capacity_per_node: PositiveQuantity = Field(
-        description="Space kvtier may hand out on each node, e.g. 3Ti.",
+        description="Space kvtier may hand out on each node, e.g. 3Ti (for a storageClassName "
+        "pool: the largest claim a replica gets).",
         json_schema_extra=quantity_rules("spec.nvmePools[].capacityPerNode"),
     )
     volume_source: VolumeSource | None = Field(
         default=None,
-        description="Local (default): local PersistentVolumes, the directory must exist; "
-        "HostPath: hostPath PersistentVolumes of type DirectoryOrCreate.",
+        description="Local (default, mountPath pools only): local PersistentVolumes, the "
+        "directory must exist and be prepared (docs/nvme.md). HostPath is refused.",
+        json_schema_extra=validations(cel("self != 'HostPath'", HOST_PATH_MESSAGE)),
     )
     retention: Retention | None = Field(
         default=None,
@@ -135,11 +173,27 @@ class NVMePool(KubeModel):
 
     @field_validator("mount_path")
     @classmethod
-    def _clean_absolute(cls, value: str) -> str:
+    def _clean_absolute(cls, value: str | None) -> str | None:
         # The pattern already rejects empty segments; normpath only differs on '.' and '..'.
-        if posixpath.normpath(value) != value:
+        if value is not None and posixpath.normpath(value) != value:
             raise ValueError(_MOUNT_PATH_MESSAGE)
         return value
+
+    @field_validator("volume_source")
+    @classmethod
+    def _no_host_path(cls, value: VolumeSource | None) -> VolumeSource | None:
+        if value is VolumeSource.HOST_PATH:
+            raise ValueError(HOST_PATH_MESSAGE)
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> NVMePool:
+        # The same rules as the CEL above, so the CLI agrees with admission.
+        if (self.mount_path is None) == (self.storage_class_name is None):
+            raise ValueError(POOL_SOURCE_MESSAGE)
+        if self.storage_class_name is not None and self.volume_source is not None:
+            raise ValueError(CLASS_VOLUME_SOURCE_MESSAGE)
+        return self
 
 
 # A ceph-csi clusterID: a key of the CSI driver's cluster configuration (the Ceph cluster's

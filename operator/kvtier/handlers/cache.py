@@ -66,6 +66,9 @@ class Cache:
     configmaps: dict[TierKey, dict[str, Any]] = field(default_factory=dict)
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     policy: dict[str, Any] | None = None
+    # For StorageClass NVMe pools: classes by name, CSIStorageCapacity by (namespace, name).
+    storage_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    capacities: dict[TierKey, dict[str, Any]] = field(default_factory=dict)
     # Objects kvtier wrote for a tier, by tier id label: {(kind, ns, name): object}.
     owned: dict[str, dict[tuple[str, str | None, str], dict[str, Any]]] = field(
         default_factory=dict

@@ -266,6 +266,8 @@ class Controller:
             rivals=self._rivals(key, tier),
             unkept=self.unkept,
             observation=self.observer.results.get(key),
+            storage_classes=dict(self.cache.storage_classes),
+            capacities=list(self.cache.capacities.values()),
         )
         decision = decide(facts)
         finalizers = (tier.get("metadata") or {}).get("finalizers") or []

@@ -103,6 +103,34 @@ def on_node(controller: Controller, event: str, obj: dict[str, Any]) -> None:
         controller.enqueue(controller.cache.tier_keys())
 
 
+def _pool_classes(policy: dict[str, Any] | None) -> set[str]:
+    """The StorageClasses the policy's NVMe pools name."""
+    pools = ((policy or {}).get("spec") or {}).get("nvmePools") or []
+    return {str(p["storageClassName"]) for p in pools if p.get("storageClassName")}
+
+
+def on_storage_class(controller: Controller, event: str, obj: dict[str, Any]) -> None:
+    name = _ns_name(obj)[1]
+    if event == "DELETED":
+        controller.cache.storage_classes.pop(name, None)
+    else:
+        controller.cache.storage_classes[name] = obj
+    if name in _pool_classes(controller.cache.policy):
+        controller.enqueue(controller.cache.tier_keys())
+
+
+def on_capacity(controller: Controller, event: str, obj: dict[str, Any]) -> None:
+    """CSIStorageCapacity: a change for a pool's class wakes the tiers (only those of a
+    StorageClass pool that is not applied yet read it, the rest decide nothing new)."""
+    key = _ns_name(obj)
+    if event == "DELETED":
+        controller.cache.capacities.pop(key, None)
+    else:
+        controller.cache.capacities[key] = obj
+    if str(obj.get("storageClassName")) in _pool_classes(controller.cache.policy):
+        controller.enqueue(controller.cache.tier_keys())
+
+
 def on_owned(controller: Controller, event: str, obj: dict[str, Any]) -> None:
     """PVs, PVCs, probe Jobs and their pods: kvtier's own objects, by tier id label."""
     owner = controller.cache.owner(obj)
@@ -136,6 +164,8 @@ def watches(llmisvc_version: str | None) -> list[tuple[Watched, Handler]]:
         ),
         (Watched("v1", "ConfigMap"), on_configmap),
         (Watched("v1", "Node"), on_node),
+        (Watched("storage.k8s.io/v1", "StorageClass"), on_storage_class),
+        (Watched("storage.k8s.io/v1", "CSIStorageCapacity"), on_capacity),
         (Watched("v1", "PersistentVolume", MANAGED), on_owned),
         (Watched("v1", "PersistentVolumeClaim", MANAGED), on_owned),
         (Watched("batch/v1", "Job", MANAGED), on_owned),

@@ -65,6 +65,7 @@ PLURALS: dict[str, tuple[str, bool]] = {
     "PersistentVolume": ("persistentvolumes", False),
     "PersistentVolumeClaim": ("persistentvolumeclaims", True),
     "StorageClass": ("storageclasses", False),
+    "CSIStorageCapacity": ("csistoragecapacities", True),
     "Job": ("jobs", True),
     "Pod": ("pods", True),
     "ConfigMap": ("configmaps", True),

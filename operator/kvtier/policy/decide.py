@@ -20,6 +20,7 @@ from kvtier.api.policy import KVCachePolicySpec, NonBeneficialAction
 from kvtier.api.tier import ConditionType, DiskType, KVCacheTierSpec, Mode, ValueSource
 from kvtier.names import FINALIZER
 from kvtier.observe.status import Observation
+from kvtier.policy.capacity import capacity_verdict
 from kvtier.policy.conditions import FALSE, TRUE, UNKNOWN, Verdict, flipped, merge_conditions
 from kvtier.policy.effective import (
     BUILTIN_DEFAULTS,
@@ -51,8 +52,15 @@ from kvtier.render import (
     prune_writes,
     render_writes,
 )
-from kvtier.render.nvme import eligible_nodes, nvme_claim_spec, recycle_released_volumes
+from kvtier.render.nvme import (
+    eligible_nodes,
+    nvme_capacity_bytes,
+    nvme_claim_spec,
+    recycle_released_volumes,
+)
+from kvtier.render.nvme_class import binding_warning
 from kvtier.render.probe_job import CephFSProbeVolume, NVMeProbeVolume
+from kvtier.render.quantities import to_quantity
 from kvtier.render.scheduler import PLUGINS_PATH, SchedulerProblem, SchedulerSync
 from kvtier.sizing import (
     SizingError,
@@ -108,6 +116,9 @@ class Facts:
     unkept: Mapping[UnkeptKey, Unkept] = field(default_factory=dict)
     # The latest reading of the target's vLLM metrics (kvtier.observe), None when none.
     observation: Observation | None = None
+    # StorageClasses by name and every CSIStorageCapacity, for StorageClass NVMe pools.
+    storage_classes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    capacities: Sequence[Mapping[str, Any]] = ()
 
 
 READY_APPLIED = "Applied"  # Ready's reason in Apply mode, and the reason of a writes Event
@@ -674,7 +685,7 @@ def _size(
         ]
     decision.sizing = sp
     status = decision.status
-    render_verdicts = _render(decision, spec, eff, sp, target, facts, roles)
+    render_verdicts = _render(decision, spec, eff, sp, target, facts, roles, place)
     if dropped is not None:
         render_verdicts.append(dropped)
     status["sizing"] = sp.to_status()["sizing"]
@@ -707,6 +718,7 @@ def _render(
     target: TargetFacts,
     facts: Facts,
     roles: Sequence[RolePlan] = (),
+    place: Placement | None = None,
 ) -> list[Verdict]:
     """The writes Apply mode makes (Plan mode reports them) and what the cluster shows."""
     meta = facts.tier.get("metadata") or {}
@@ -740,6 +752,12 @@ def _render(
     ]
     if any(r.facts.role == "prefill" for r in roles):
         notes.append("prefill has a CPU tier of its own; the disk tier serves decode")
+    class_pool = eff.nvme_pool if sp.disk == "NVMe" else None
+    class_name = class_pool.storage_class_name if class_pool else None
+    storage_class = facts.storage_classes.get(class_name) if class_name else None
+    warning = binding_warning(storage_class) if storage_class else None
+    if warning:
+        notes.append(f"warning: {warning}")
     if isinstance(result.scheduler, SchedulerProblem):
         notes.append(result.scheduler.message)
     plan_status = RenderResult(writes=tier_writes, notes=notes).plan_status()
@@ -773,6 +791,31 @@ def _render(
     )
     decision.applied = applied.ok
     provisioned = provisioned_verdict(sp.disk, tier_writes, observed)
+    if class_pool is not None and class_name is not None:
+        requested = spec.disk.nvme.size if spec.disk and spec.disk.nvme else None
+        claim_bytes = nvme_capacity_bytes(
+            None if requested is None else quantity_bytes(requested), class_pool
+        )
+        nodes = eligible_nodes(facts.nodes, class_pool.node_selector)
+        if place is not None:
+            nodes = [n for n in nodes if _meta(n, "name") in place.eligible_nodes]
+        provisioned = capacity_verdict(
+            class_pool.name,
+            class_name,
+            storage_class,
+            facts.capacities,
+            nodes,
+            claim_bytes,
+            target.replicas,
+            applied.ok,
+        )
+        decision.disk_status = {
+            "capacityQuantity": to_quantity(claim_bytes),
+            "ready": provisioned.ok and applied.ok,
+        }
+        if not provisioned.ok:
+            # Claims no node can provision would leave the restarted model server Pending.
+            decision.writes = [w for w in decision.writes if w.action == "Delete"]
     verdicts = [provisioned, applied]
     if scheduler_verdict is not None:
         verdicts.append(scheduler_verdict)
@@ -861,8 +904,12 @@ def _probe_step(
 ) -> ProbeStep:
     volume: NVMeProbeVolume | CephFSProbeVolume
     if sp.disk == "NVMe" and eff.nvme_pool is not None:
-        pv = next(w for w in tier_writes if w.kind == "PersistentVolume")
-        capacity = quantity_bytes(pv.body["spec"]["capacity"]["storage"])
+        pv = next((w for w in tier_writes if w.kind == "PersistentVolume"), None)
+        capacity = quantity_bytes(  # a StorageClass pool has no PV, only its claim size
+            pv.body["spec"]["capacity"]["storage"]
+            if pv
+            else decision.disk_status["capacityQuantity"]
+        )
         volume = NVMeProbeVolume(
             nvme_claim_spec(ref, eff.nvme_pool, capacity), eff.nvme_pool.node_selector
         )

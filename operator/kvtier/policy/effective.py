@@ -90,11 +90,13 @@ class NVMePoolSettings:
     """An NVMe pool from the KVCachePolicy with its own defaults filled in."""
 
     name: str
-    mount_path: str
+    mount_path: str | None  # a pool of kvtier-made local PVs; None for a StorageClass pool
     node_selector: Mapping[str, str]
     capacity_per_node_bytes: int
     volume_source: VolumeSource
     retention: Retention
+    # A dynamic local provisioner's class: per-pod claims of it, no PVs of kvtier's own.
+    storage_class_name: str | None = None
 
 
 def _path(path: str) -> dict[str, str]:
@@ -210,6 +212,7 @@ def _nvme_pool(
         capacity_per_node_bytes=quantity_bytes(pool.capacity_per_node),
         volume_source=pool.volume_source or defaults.nvme_volume_source,
         retention=pool.retention or retention,
+        storage_class_name=pool.storage_class_name,
     )
 
 

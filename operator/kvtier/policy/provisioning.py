@@ -336,7 +336,8 @@ def disk_tier_status(
 
 def policy_writes(policy: Mapping[str, Any] | None) -> list[DesiredWrite]:
     """The cluster-scoped objects only the KVCachePolicy triggers: one no-provisioner
-    StorageClass per NVMe pool, and the replica-1 CephFS pool with its class when enabled."""
+    StorageClass per mountPath NVMe pool (a storageClassName pool's class is its
+    provisioner's), and the replica-1 CephFS pool with its class when enabled."""
 
     spec = KVCachePolicySpec.model_validate((policy or {}).get("spec") or {}) if policy else None
     # Policy-sourced settings do not depend on any tier: evaluate them against a bare spec.
@@ -347,7 +348,8 @@ def policy_writes(policy: Mapping[str, Any] | None) -> list[DesiredWrite]:
         }
     )
     settings = effective_settings(bare, spec)
-    return [*(nvme_storage_class(p) for p in nvme_pools(spec)), *replica1_writes(settings)]
+    local_pools = (p for p in nvme_pools(spec) if p.storage_class_name is None)
+    return [*(nvme_storage_class(p) for p in local_pools), *replica1_writes(settings)]
 
 
 def removal_writes(

@@ -1,11 +1,12 @@
-"""Local NVMe tier: a no-provisioner StorageClass per pool, one PersistentVolume per eligible
-node per tier, and the per-pod claim spec that binds each replica to the PV of its node.
+"""Local NVMe tier of a mountPath pool: a no-provisioner StorageClass per pool, one local
+PersistentVolume per eligible node per tier, and the per-pod claim spec that binds each
+replica to the PV of its node (a storageClassName pool: nvme_class.py).
 
 Pods never see a hostPath (OpenShift's restricted-v2 SCC forbids it): host space reaches them
 only as PersistentVolumes behind a PVC. With WaitForFirstConsumer the scheduler places the pod
 first and then binds the claim to a PV whose node affinity matches that node.
 
-Reclaim policy is always Retain: the PV controller cannot delete a static local or hostPath PV
+Reclaim policy is always Retain: the PV controller cannot delete a static local PV
 (there is no provisioner to call), a Delete policy would leave it Failed. The operator deletes
 a tier's PVs itself when the pool's retention is Delete (annotation kvcache.io/retention); the
 files on the node are left in place either way, they are only cache.
@@ -18,11 +19,9 @@ blocks still on the node for the next replica there.
 
 from __future__ import annotations
 
-import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kvtier.api.policy import VolumeSource
 from kvtier.policy.effective import NVMePoolSettings
 from kvtier.render.labels import (
     MANAGED_BY,
@@ -35,6 +34,7 @@ from kvtier.render.labels import (
     tier_selector,
 )
 from kvtier.render.naming import nvme_storage_class_name, nvme_volume_name
+from kvtier.render.nvme_class import class_claim_spec
 from kvtier.render.quantities import to_quantity
 from kvtier.render.result import DesiredWrite, RenderError
 
@@ -132,26 +132,14 @@ def nvme_storage_class(pool: NVMePoolSettings) -> DesiredWrite:
     )
 
 
-def nvme_host_path(pool: NVMePoolSettings, tier: TierRef) -> str:
-    """HostPath pools give every tier its own directory under the mount point."""
-    return posixpath.join(pool.mount_path, "kvtier", tier.namespace, tier.name)
-
-
 def nvme_volume(
     tier: TierRef, pool: NVMePoolSettings, node: Mapping[str, Any], capacity_bytes: int
 ) -> DesiredWrite:
-    """One tier's PersistentVolume on one node."""
+    """One tier's local PersistentVolume on one node (on the directory prepared there)."""
     node_name = str(_meta(node)["name"])
     name = nvme_volume_name(tier.namespace, tier.name, node_name)
-    source: dict[str, Any]
-    if pool.volume_source is VolumeSource.HOST_PATH:
-        path = nvme_host_path(pool, tier)
-        source = {"hostPath": {"path": path, "type": "DirectoryOrCreate"}}
-        how = "hostPath PV"
-    else:
-        path = pool.mount_path
-        source = {"local": {"path": path}}
-        how = "local PV"
+    path = pool.mount_path
+    assert path is not None  # admission: a pool without storageClassName has a mountPath
     body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
@@ -166,7 +154,7 @@ def nvme_volume(
             "volumeMode": "Filesystem",
             "persistentVolumeReclaimPolicy": "Retain",
             "storageClassName": nvme_storage_class_name(pool.name),
-            **source,
+            "local": {"path": path},
             "nodeAffinity": {
                 "required": {
                     "nodeSelectorTerms": [
@@ -191,7 +179,7 @@ def nvme_volume(
         name,
         None,
         body,
-        f"PersistentVolume {name}: {to_quantity(capacity_bytes)} NVMe ({how}) on {node_name} "
+        f"PersistentVolume {name}: {to_quantity(capacity_bytes)} NVMe (local PV) on {node_name} "
         f"at {path}",
     )
 
@@ -215,7 +203,10 @@ def nvme_volumes(
 
 def nvme_claim_spec(tier: TierRef, pool: NVMePoolSettings, capacity_bytes: int) -> dict[str, Any]:
     """The per-pod PVC spec: the pool's class, and a selector that matches only this tier's
-    PVs (on that pool), so a replica binds the PV of the node it lands on."""
+    PVs (on that pool), so a replica binds the PV of the node it lands on. A storageClassName
+    pool's claims name that class and no selector: its provisioner makes the volume."""
+    if pool.storage_class_name is not None:
+        return class_claim_spec(pool.storage_class_name, capacity_bytes)
     return {
         "accessModes": ["ReadWriteOnce"],
         "volumeMode": "Filesystem",

@@ -29,6 +29,7 @@ from kvtier.render.nvme import (
     nvme_storage_class,
     nvme_volumes,
 )
+from kvtier.render.nvme_class import class_pool_note
 from kvtier.render.result import DesiredWrite, RenderError, RenderResult
 from kvtier.render.roles import RoleOffload
 from kvtier.render.targets import (
@@ -76,22 +77,25 @@ def render_writes(
         capacity = nvme_capacity_bytes(
             None if requested is None else quantity_bytes(requested), pool
         )
-        volumes = nvme_volumes(tier, pool, nodes, capacity)
-        writes += [nvme_storage_class(pool), *volumes]
         disk = PerPodClaim(spec=nvme_claim_spec(tier, pool, capacity))
-        notes.append(
-            f"NVMe PVs have reclaim policy Retain; retention {pool.retention.value}: "
-            + (
-                "the operator deletes them with the tier"
-                if pool.retention is Retention.DELETE
-                else "they stay after the tier is deleted"
-            )
-        )
-        if replicas > len(volumes):
+        if pool.storage_class_name is not None:
+            notes.append(class_pool_note(pool.name, pool.storage_class_name))
+        else:
+            volumes = nvme_volumes(tier, pool, nodes, capacity)
+            writes += [nvme_storage_class(pool), *volumes]
             notes.append(
-                f"{replicas} replicas but {len(volumes)} eligible node(s): each node holds one "
-                "PV per tier, so replicas beyond that stay Pending"
+                f"NVMe PVs have reclaim policy Retain; retention {pool.retention.value}: "
+                + (
+                    "the operator deletes them with the tier"
+                    if pool.retention is Retention.DELETE
+                    else "they stay after the tier is deleted"
+                )
             )
+            if replicas > len(volumes):
+                notes.append(
+                    f"{replicas} replicas but {len(volumes)} eligible node(s): each node holds "
+                    "one PV per tier, so replicas beyond that stay Pending"
+                )
     elif sizing.disk == "CephFS":
         requested = disk_spec.cephfs.size if disk_spec and disk_spec.cephfs else None
         size = cephfs_size_bytes(
