@@ -68,7 +68,7 @@ POLICY: dict[str, Any] = {
             "mountPath": "/var/mnt/nvme",
             "nodeSelector": {"kvcache.io/local-nvme": "true"},
             "capacityPerNode": "3Ti",
-            "volumeSource": "HostPath",
+            "volumeSource": "Local",
         }
     ],
     "cephfs": {"storageClassName": "ocs-storagecluster-cephfs"},
@@ -78,7 +78,7 @@ DOCS = REPO / "docs" / "performance.md"
 MIX = (
     "targets alternate LLMInferenceService v1alpha2 (gpt-oss-120b, TP 2) and InferenceService "
     "v1beta1 (Llama-3.1-70B, TP 4); tiers are CPU-only (`disk: {type: None}`, 20k-token "
-    "contexts × 8 sessions) except every 10th, an NVMe tier (pool `local-nvme`, hostPath PVs, "
+    "contexts × 8 sessions) except every 10th, an NVMe tier (pool `local-nvme`, local PVs, "
     "1Ti) on an LLMInferenceService; Plan mode uses the same tiers with `mode: Plan`; 8 kwok "
     "H100 nodes"
 )
