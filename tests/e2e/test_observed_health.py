@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from kvtier.observe.prometheus import PrometheusClient, PrometheusSource
@@ -25,6 +26,7 @@ from kvtier.observe.queries import Selection
 from kvtier.observe.series import Snapshot
 from localcluster import LocalCluster, free_port
 from tests import vllm_exposition as vx
+from tests.e2e.audit import OPERATOR_USER
 from tests.e2e.conftest import create_target, llm_inference_service
 from tests.e2e.kube_helpers import (
     apply_policy,
@@ -284,3 +286,59 @@ def test_a_tier_follows_each_scripted_scenario(
                 assert c is not None and "recompute is faster" in c["message"]
     finally:
         apply_policy(admin_api, {})
+
+
+def test_the_charts_tenancy_access_grants_what_the_thanos_tenancy_port_checks(
+    cluster: LocalCluster, admin_api: client.ApiClient, ns: str
+) -> None:
+    """metricsSourceAccess=Tenancy binds the operator's ServiceAccount to get
+    pods.metrics.k8s.io (the SubjectAccessReview port 9092 makes) and nothing more."""
+    chart = REPO / "charts" / "kvtier-operator"
+    rendered = subprocess.run(
+        [
+            cluster.binary("helm"),
+            "template",
+            "kvtier-operator",
+            str(chart),
+            "-n",
+            "kvtier-system",
+            "--set",
+            "metricsSourceAccess=Tenancy",
+            "--show-only",
+            "templates/metrics-source-rbac.yaml",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    rules = [
+        rule
+        for doc in yaml.safe_load_all(rendered)
+        if doc and doc["kind"] == "ClusterRole"
+        for rule in doc["rules"]
+    ]
+    assert rules == [{"apiGroups": ["metrics.k8s.io"], "resources": ["pods"], "verbs": ["get"]}]
+
+    def can(verb: str, resource: str, group: str) -> bool:
+        """The SubjectAccessReview the Thanos Querier's kube-rbac-proxy makes, as the
+        operator's ServiceAccount."""
+        review = client.V1SubjectAccessReview(
+            spec=client.V1SubjectAccessReviewSpec(
+                user=OPERATOR_USER,
+                groups=["system:serviceaccounts", "system:serviceaccounts:kvtier-system"],
+                resource_attributes=client.V1ResourceAttributes(
+                    group=group, resource=resource, verb=verb, namespace=ns
+                ),
+            )
+        )
+        result = client.AuthorizationV1Api(admin_api).create_subject_access_review(review)
+        return bool(result.status.allowed)
+
+    assert not can("get", "pods", "metrics.k8s.io")
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=rendered)
+    try:
+        eventually(lambda: can("get", "pods", "metrics.k8s.io"), 10, "tenancy access")
+        assert not can("list", "pods", "metrics.k8s.io")
+        assert not can("get", "secrets", "")
+    finally:
+        cluster.kubectl("delete", "-f", "-", stdin=rendered)
