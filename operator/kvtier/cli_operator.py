@@ -98,6 +98,7 @@ def _metrics_tls(args: argparse.Namespace) -> metrics_types.TLSFiles | None:
 
     from kvtier.cli import CliError
     from kvtier.metrics import TLSFiles
+    from kvtier.textfile import TextFileError, read_text_file
 
     cert, key = args.metrics_cert_file, args.metrics_key_file
     if args.metrics_insecure:
@@ -111,8 +112,10 @@ def _metrics_tls(args: argparse.Namespace) -> metrics_types.TLSFiles | None:
         )
     files = TLSFiles(Path(cert), Path(key))
     for flag, path in (("--metrics-cert-file", files.cert), ("--metrics-key-file", files.key)):
-        if not path.is_file():
-            raise CliError(f"operator: {flag}: {path} does not exist or is not a file")
+        try:
+            read_text_file(str(path))  # PEM is text: size, UTF-8, a file at all
+        except TextFileError as exc:
+            raise CliError(f"operator: {flag}: {exc}") from None
     try:
         ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(files.cert, files.key)
     except (OSError, ssl.SSLError) as exc:

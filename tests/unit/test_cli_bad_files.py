@@ -80,6 +80,13 @@ READERS: dict[str, Callable[[str], list[str]]] = {
     "--probe-result": lambda f: [*PLAN, "--probe-result", f"nvme={f}"],
     "--probe-result ": lambda f: [*PLAN, "--disk", "nvme", "--probe-result", f],
     "--kubeconfig": lambda f: ["operator", "--kubeconfig", f],
+    "--metrics-cert-file": lambda f: [
+        "operator",
+        "--metrics-cert-file",
+        f,
+        "--metrics-key-file",
+        f,
+    ],
 }
 
 

@@ -165,9 +165,9 @@ def test_operator_refuses_to_start_without_tls_or_an_explicit_insecure_flag(
     assert (
         main(["operator", f"--metrics-cert-file={missing}", f"--metrics-key-file={cert.key}"]) == 2
     )
-    assert f"--metrics-cert-file: {missing} does not exist" in capsys.readouterr().err
+    assert "--metrics-cert-file:" in capsys.readouterr().err
     not_pem = tmp_path / "not.pem"
-    not_pem.write_bytes(b"\xff\x00binary")
+    not_pem.write_text("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
     assert (
         main(["operator", f"--metrics-cert-file={not_pem}", f"--metrics-key-file={cert.key}"]) == 2
     )
