@@ -685,7 +685,7 @@ def _size(
         ]
     decision.sizing = sp
     status = decision.status
-    render_verdicts = _render(decision, spec, eff, sp, target, facts, roles, place)
+    render_verdicts = _render(decision, spec, eff, sp, target, facts, place, roles)
     if dropped is not None:
         render_verdicts.append(dropped)
     status["sizing"] = sp.to_status()["sizing"]
@@ -717,8 +717,8 @@ def _render(
     sp: SizingPlan,
     target: TargetFacts,
     facts: Facts,
+    place: Placement,
     roles: Sequence[RolePlan] = (),
-    place: Placement | None = None,
 ) -> list[Verdict]:
     """The writes Apply mode makes (Plan mode reports them) and what the cluster shows."""
     meta = facts.tier.get("metadata") or {}
@@ -796,9 +796,11 @@ def _render(
         claim_bytes = nvme_capacity_bytes(
             None if requested is None else quantity_bytes(requested), class_pool
         )
-        nodes = eligible_nodes(facts.nodes, class_pool.node_selector)
-        if place is not None:
-            nodes = [n for n in nodes if _meta(n, "name") in place.eligible_nodes]
+        nodes = [
+            n
+            for n in eligible_nodes(facts.nodes, class_pool.node_selector)
+            if _meta(n, "name") in place.eligible_nodes
+        ]
         provisioned = capacity_verdict(
             class_pool.name,
             class_name,
