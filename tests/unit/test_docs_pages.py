@@ -11,7 +11,7 @@ from kvtier.names import FINALIZER
 from kvtier.render.targets import APPLIED_ANNOTATION
 
 REPO = Path(__file__).resolve().parents[2]
-PAGES = ("api.md", "sizing.md", "troubleshooting.md", "upgrade.md")
+PAGES = ("api.md", "sizing.md", "troubleshooting.md", "upgrade.md", "nvme.md")
 
 
 @pytest.mark.parametrize("page", PAGES)
