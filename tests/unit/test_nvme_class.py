@@ -244,3 +244,17 @@ def test_class_and_capacity_changes_wake_the_tiers_of_a_class_pool_only() -> Non
         ("openshift-lvm-storage", "csisc-n"),
     ]
     assert classes == ["other"]
+
+
+def test_a_stored_host_path_policy_is_invalid_and_writes_nothing() -> None:
+    # Admitted before HostPath was removed: the operator names the field and the reason.
+    old = {"name": "lvms-nvme", "mountPath": "/var/mnt/nvme", "capacityPerNode": "3Ti"}
+    stored = {
+        "metadata": {"name": "cluster"},
+        "spec": {"nvmePools": [{**old, "volumeSource": "HostPath"}]},
+    }
+    d = apply_decision(policy=stored)
+    c = conditions(d)["PolicyCompliant"]
+    assert (c["status"], c["reason"]) == ("False", "PolicyInvalid")
+    assert "spec.nvmePools[].volumeSource: HostPath is no longer supported" in c["message"]
+    assert d.writes == []
