@@ -142,8 +142,12 @@ def test_the_loop_serves_metrics_and_ends_on_sigterm(tmp_path: Path) -> None:
         assert metrics["kvtier_evict_block_files"] == left
         assert metrics["kvtier_evict_files"] == left + 2  # config.json and the lock file
         assert metrics["kvtier_evict_capacity_bytes"] == capacity
-        assert metrics["kvtier_evict_usage_ratio"] <= 0.70
-        assert metrics["kvtier_evict_used_bytes"] <= 0.70 * capacity
+        # The evicting pass went down to the low watermark (what is on disk says so); the
+        # later passes only estimate from the volume's growth, which other writers on this
+        # machine's disk move too, so their figure is only below the high watermark.
+        assert left * BLOCK_BYTES <= 0.70 * capacity
+        assert metrics["kvtier_evict_usage_ratio"] < 0.85
+        assert metrics["kvtier_evict_used_bytes"] < 0.85 * capacity
         assert metrics["kvtier_evict_above_high_watermark"] == 0
         assert metrics["kvtier_evict_leader"] == 1
         assert time.time() - metrics["kvtier_evict_last_run_timestamp_seconds"] < 30
