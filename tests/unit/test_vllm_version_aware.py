@@ -125,6 +125,15 @@ def test_kv_cache_dtype_follows_the_target_and_refuses_a_mismatch() -> None:
     assert "pass --kv-cache-dtype fp8 to the target" in sized["message"]
 
 
+def test_a_dtype_the_target_serves_under_another_name_is_no_mismatch() -> None:
+    """Nemotron is a bf16 checkpoint: bfloat16 on the tier is what `auto` serves."""
+    d = decide(facts(tier(model={"kvCacheDtype": "bfloat16"})))
+    assert conds(d.status)["Sized"]["status"] == "True"
+    e4m3 = _with_main(llmisvc(), args=["--kv-cache-dtype", "fp8_e4m3"])
+    d = decide(facts(tier(model={"kvCacheDtype": "fp8"}), target=e4m3))
+    assert conds(d.status)["Sized"]["status"] == "True"
+
+
 def test_disabled_hybrid_manager_on_the_target_sizes_every_layer_per_chunk() -> None:
     target = llmisvc(tp=1, uri="hf://openai/gpt-oss-120b")
     on = decide(facts(tier(), target=target)).sizing

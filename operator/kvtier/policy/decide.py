@@ -69,6 +69,7 @@ from kvtier.sizing import (
     cpu_tier_cap,
     plan,
     resolve_geometry,
+    resolve_kv_dtype,
 )
 from kvtier.sizing.releases import vllm_release
 
@@ -300,7 +301,7 @@ def _sizing_input(
         concurrent_sessions=spec.workload.concurrent_sessions,
         replicas=target.replicas,
         tensor_parallel_size=tp,
-        kv_cache_dtype=_kv_cache_dtype(eff, flags),
+        kv_cache_dtype=_kv_cache_dtype(eff, flags, geo.model_dtype),
         block_tokens=eff.block_size_tokens.value,
         gpu_block_tokens=flags.gpu_block_tokens or BUILTIN_DEFAULTS.block_size_tokens,
         vllm_version=version.value,
@@ -330,13 +331,25 @@ def _sizing_input(
     )
 
 
-def _kv_cache_dtype(eff: EffectiveSettings, flags: ServerFlags) -> str:
+def _kv_cache_dtype(eff: EffectiveSettings, flags: ServerFlags, model_dtype: str) -> str:
     """The dtype to size with: the target's --kv-cache-dtype unless the tier or the policy
-    asks for another, which is refused (the tier would be sized for bytes vLLM never uses)."""
+    asks for another, which is refused (the tier would be sized for bytes vLLM never uses).
+    Compared as vLLM resolves them: `auto` is the model's dtype, fp8_e4m3 is fp8."""
     asked = eff.kv_cache_dtype
     served = flags.kv_cache_dtype or "auto"
     wanted = asked.value.value
-    if asked.source is ValueSource.DEFAULT or wanted in ("auto", served.split("_", 1)[0]):
+
+    def resolved(dtype: str) -> str:
+        try:
+            return resolve_kv_dtype(dtype, model_dtype)[0].split("_", 1)[0]
+        except SizingError:
+            return dtype  # an unknown name: sizing names the field and the rule
+
+    if (
+        asked.source is ValueSource.DEFAULT
+        or wanted == "auto"
+        or resolved(wanted) == resolved(served)
+    ):
         return served
     where = (
         "spec.model.kvCacheDtype"
