@@ -320,6 +320,9 @@ SPEC_DESCRIPTORS: dict[str, list[tuple[str, str]]] = {
         ("metrics", "group"),
         ("metrics.prometheus.url", "text"),
         ("metrics.windowSeconds", "number"),
+        ("eviction", "group"),
+        ("eviction.highWatermark", "number"),
+        ("eviction.lowWatermark", "number"),
     ],
 }
 STATUS_DESCRIPTORS: dict[str, list[tuple[str, str]]] = {
@@ -345,6 +348,7 @@ OWNED_RESOURCES: dict[str, list[dict[str, str]]] = {
         {"kind": "PersistentVolumeClaim", "name": "", "version": "v1"},
         {"kind": "StorageClass", "name": "", "version": "v1"},
         {"kind": "Job", "name": "", "version": "v1"},
+        {"kind": "Deployment", "name": "", "version": "v1"},
     ],
     "KVCachePolicy": [
         {"kind": "StorageClass", "name": "", "version": "v1"},

@@ -91,15 +91,16 @@ def pod_from_llmisvc(target: dict[str, Any], name: str) -> dict[str, Any]:
     offload = target["spec"].get("kvCacheOffloading") or {}
     for i, tier in enumerate(offload.get("secondary") or []):
         pvc = tier["fileSystem"]["pvc"]
+        volume_name = f"kv-cache-secondary-{i}"  # KServe's name and path
         mount = f"/mnt/kv-cache-{i}"
         if "spec" in pvc:
             volume = {
-                "name": f"kv-cache-{i}",
+                "name": volume_name,
                 "ephemeral": {"volumeClaimTemplate": {"spec": pvc["spec"]}},
             }
         else:
             volume = {
-                "name": f"kv-cache-{i}",
+                "name": volume_name,
                 "persistentVolumeClaim": {"claimName": pvc["ref"]["name"]},
             }
         template.setdefault("volumes", []).append(volume)

@@ -76,8 +76,6 @@ DENIED: list[tuple[str, str, str, str, str | None]] = [
     ("create", "", "pods", "exec", "default"),
     ("create", "", "pods", "portforward", "default"),
     ("create", "", "pods", "eviction", "default"),
-    ("create", "apps", "deployments", "", "kvtier-system"),
-    ("patch", "apps", "deployments", "", "kvtier-system"),
     ("create", "apps", "daemonsets", "", "default"),
     ("create", "apps", "statefulsets", "", "default"),
     ("create", "", "serviceaccounts", "", "kvtier-system"),
@@ -134,6 +132,9 @@ ALLOWED: list[tuple[str, str, str, str, str | None]] = [
     ("create", "", "persistentvolumes", "", None),
     ("create", "", "persistentvolumeclaims", "", "default"),
     ("create", "batch", "jobs", "", "default"),
+    # A CephFS tier's evictor; no more than the probe Job can already run.
+    ("create", "apps", "deployments", "", "default"),
+    ("patch", "apps", "deployments", "", "default"),
     ("list", "", "configmaps", "", None),
     ("update", "coordination.k8s.io", "leases", "", "kvtier-system"),
     # /metrics: the scraper's token and its right to get /metrics, asked of the API server.

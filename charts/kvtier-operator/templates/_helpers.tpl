@@ -82,6 +82,11 @@ manifests and the OLM bundle are rendered from this chart). Secrets are never gr
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [get, list, watch, create, delete]
+# A CephFS tier's evictor (`kvtier evict` on the shared claim) runs as a Deployment beside it;
+# only kvtier-labelled ones are watched, and it changes or deletes only its own tier's.
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch, create, patch, delete]
 # The replica-1 CephFS pool, only ever from the KVCachePolicy: kvtier's own CephFilesystem
 # (it changes or deletes only the one it labelled as its own).
 - apiGroups: [ceph.rook.io]

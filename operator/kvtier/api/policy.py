@@ -25,6 +25,8 @@ from kvtier.api.common import (
 )
 from kvtier.api.observed import MetricsSpec
 from kvtier.api.tier import DiskType, KVCacheDtype, Mode, ObjectMeta
+from kvtier.evict.policy import DEFAULT_HIGH, DEFAULT_LOW, DEFAULT_PROTECT_SECONDS
+from kvtier.evict.run import DEFAULT_INTERVAL_SECONDS
 
 POLICY_NAME = "cluster"
 POLICY_NAME_MESSAGE = "KVCachePolicy must be named 'cluster'"
@@ -333,6 +335,89 @@ class ProbingPolicy(KubeModel):
     )
 
 
+WATERMARKS_MESSAGE = "spec.eviction.lowWatermark must be below spec.eviction.highWatermark"
+HIGH_ALONE_MESSAGE = (
+    "spec.eviction.highWatermark must be above the built-in lowWatermark "
+    f"({DEFAULT_LOW:g}) unless lowWatermark is set too"
+)
+LOW_ALONE_MESSAGE = (
+    "spec.eviction.lowWatermark must be below the built-in highWatermark "
+    f"({DEFAULT_HIGH:g}) unless highWatermark is set too"
+)
+
+
+class EvictionPolicy(KubeModel):
+    """How the evictor beside every disk tier keeps it from filling (`kvtier evict`,
+    docs/eviction.md): vLLM's fs tier never deletes a block itself."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!has(self.highWatermark) || !has(self.lowWatermark) || "
+                "self.lowWatermark < self.highWatermark",
+                WATERMARKS_MESSAGE,
+                field_path=".lowWatermark",
+            ),
+            cel(
+                f"has(self.lowWatermark) || !has(self.highWatermark) || "
+                f"self.highWatermark > {DEFAULT_LOW!r}",
+                HIGH_ALONE_MESSAGE,
+                field_path=".highWatermark",
+            ),
+            cel(
+                f"has(self.highWatermark) || !has(self.lowWatermark) || "
+                f"self.lowWatermark < {DEFAULT_HIGH!r}",
+                LOW_ALONE_MESSAGE,
+                field_path=".lowWatermark",
+            ),
+        )
+    )
+
+    high_watermark: float | None = Field(
+        default=None,
+        gt=0,
+        lt=1,
+        description="Fraction of the tier's capacity (or of its volume, whichever is fuller) "
+        f"at which the evictor starts deleting the least recently used blocks (built-in: "
+        f"{DEFAULT_HIGH:g}).",
+    )
+    low_watermark: float | None = Field(
+        default=None,
+        gt=0,
+        lt=1,
+        description=f"Fraction it deletes down to (built-in: {DEFAULT_LOW:g}).",
+    )
+    protect_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=86400,
+        description="A block file read or written within this many seconds is never deleted "
+        f"(built-in: {DEFAULT_PROTECT_SECONDS}).",
+    )
+    interval_seconds: int | None = Field(
+        default=None,
+        ge=5,
+        le=3600,
+        description=f"Seconds between passes (built-in: {DEFAULT_INTERVAL_SECONDS:g}).",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> EvictionPolicy:
+        # The CEL rules above, so the CLI agrees with admission.
+        high = DEFAULT_HIGH if self.high_watermark is None else self.high_watermark
+        low = DEFAULT_LOW if self.low_watermark is None else self.low_watermark
+        if low >= high:
+            both = self.high_watermark is not None and self.low_watermark is not None
+            raise ValueError(
+                WATERMARKS_MESSAGE
+                if both
+                else HIGH_ALONE_MESSAGE
+                if self.high_watermark is not None
+                else LOW_ALONE_MESSAGE
+            )
+        return self
+
+
 class KVCachePolicySpec(KubeModel):
     """Cluster-wide defaults and guardrails for KVCacheTiers, owned by the platform team."""
 
@@ -365,6 +450,11 @@ class KVCachePolicySpec(KubeModel):
         default=None,
         description="Where to read the model servers' vLLM metrics, to tell whether each "
         "tier pays off (status.observed, TierEffective); off when omitted.",
+    )
+    eviction: EvictionPolicy | None = Field(
+        default=None,
+        description="Watermarks, protection age and interval of the evictor kvtier runs "
+        "beside every disk tier.",
     )
 
     @field_validator("nvme_pools")

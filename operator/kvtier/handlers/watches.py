@@ -132,7 +132,8 @@ def on_capacity(controller: Controller, event: str, obj: dict[str, Any]) -> None
 
 
 def on_owned(controller: Controller, event: str, obj: dict[str, Any]) -> None:
-    """PVs, PVCs, probe Jobs and their pods: kvtier's own objects, by tier id label."""
+    """PVs, PVCs, probe Jobs and their pods, evictor Deployments: kvtier's own objects, by
+    tier id label."""
     owner = controller.cache.owner(obj)
     if owner is not None and _held(controller, [owner], on_owned, event, obj):
         return
@@ -169,6 +170,7 @@ def watches(llmisvc_version: str | None) -> list[tuple[Watched, Handler]]:
         (Watched("v1", "PersistentVolume", MANAGED), on_owned),
         (Watched("v1", "PersistentVolumeClaim", MANAGED), on_owned),
         (Watched("batch/v1", "Job", MANAGED), on_owned),
+        (Watched("apps/v1", "Deployment", MANAGED), on_owned),  # CephFS tiers' evictors
         (Watched("v1", "Pod", PROBE_TIER), on_owned),
         # Only the policy's replica-1 pool reads these, and each change wakes it anyway.
         (Watched("ceph.rook.io/v1", "CephFilesystem", decides=False), on_filesystem),

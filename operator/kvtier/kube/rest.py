@@ -67,6 +67,7 @@ PLURALS: dict[str, tuple[str, bool]] = {
     "StorageClass": ("storageclasses", False),
     "CSIStorageCapacity": ("csistoragecapacities", True),
     "Job": ("jobs", True),
+    "Deployment": ("deployments", True),
     "Pod": ("pods", True),
     "ConfigMap": ("configmaps", True),
     "Node": ("nodes", False),

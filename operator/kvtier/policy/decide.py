@@ -110,7 +110,8 @@ class Facts:
     now: datetime
     # Objects kvtier wrote for this tier (PVs, PVCs), keyed by (kind, namespace, name).
     owned: Mapping[tuple[str, str | None, str], Mapping[str, Any]] = field(default_factory=dict)
-    probe_image: str = DEFAULT_PROBE_IMAGE  # the operator's own image runs `kvtier probe`
+    # The operator's own image runs `kvtier probe` and the disk tiers' `kvtier evict`.
+    probe_image: str = DEFAULT_PROBE_IMAGE
     # Other Apply-mode tiers naming the same target, as claim_key() of each.
     rivals: Sequence[tuple[int, str, str]] = ()
     # Writes the API server answered without keeping them, by object (see Unkept).
@@ -748,6 +749,7 @@ def _render(
             facts.nodes,
             target.replicas,
             [r.offload() for r in roles],
+            evictor_image=facts.probe_image,
         )
     except RenderError as exc:
         decision.status["plan"] = {"summary": f"{summary}\nCannot apply: {exc.message}"}
@@ -793,7 +795,11 @@ def _render(
         for o in facts.owned.values()
         if o.get("kind") in STORAGE_KINDS and not _pod_owned(o)  # not a pod's ephemeral claim
     ]
-    cleanup = [*prune_writes(ref, storage, tier_writes), *recycle_released_volumes(storage)]
+    evictors = [o for o in facts.owned.values() if o.get("kind") == "Deployment"]
+    cleanup = [
+        *prune_writes(ref, [*storage, *evictors], tier_writes),
+        *recycle_released_volumes(storage),
+    ]
     pending = pending_writes([*cleanup, *tier_writes], observed)
     decision.writes, held = hold_unkept(pending, facts.unkept, observed)
     decision.held = [w for w, _ in held]

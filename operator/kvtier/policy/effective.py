@@ -14,6 +14,7 @@ from typing import Generic, TypeVar
 from kvtier.api.common import quantity_bytes
 from kvtier.api.policy import (
     CephFSPolicy,
+    EvictionPolicy,
     KVCachePolicySpec,
     MemoryPolicy,
     NonBeneficialAction,
@@ -38,6 +39,8 @@ from kvtier.api.tier import (
     ProbeSpec,
     ValueSource,
 )
+from kvtier.evict.policy import DEFAULT_HIGH, DEFAULT_LOW, DEFAULT_PROTECT_SECONDS
+from kvtier.evict.run import DEFAULT_INTERVAL_SECONDS
 from kvtier.sizing.releases import DEFAULT_VLLM_VERSION
 
 T = TypeVar("T")
@@ -80,6 +83,11 @@ class BuiltinDefaults:
     non_beneficial_tier: NonBeneficialAction = NonBeneficialAction.KEEP
     storage_retention: Retention = Retention.DELETE  # tier data is only cache
     nvme_volume_source: VolumeSource = VolumeSource.LOCAL
+    # The disk-tier evictor's, as `kvtier evict` has them.
+    eviction_high_watermark: float = DEFAULT_HIGH
+    eviction_low_watermark: float = DEFAULT_LOW
+    eviction_protect_seconds: int = DEFAULT_PROTECT_SECONDS
+    eviction_interval_seconds: int = int(DEFAULT_INTERVAL_SECONDS)
 
 
 BUILTIN_DEFAULTS = BuiltinDefaults()
@@ -140,6 +148,10 @@ class EffectiveSettings:
     replica1_cluster_id: Sourced[str] = field(metadata=_path("cephfs.replica1.clusterID"))
     non_beneficial_tier: Sourced[NonBeneficialAction] = field(metadata=_path("nonBeneficialTier"))
     storage_retention: Sourced[Retention] = field(metadata=_path("storageRetention"))
+    eviction_high_watermark: Sourced[float] = field(metadata=_path("eviction.highWatermark"))
+    eviction_low_watermark: Sourced[float] = field(metadata=_path("eviction.lowWatermark"))
+    eviction_protect_seconds: Sourced[int] = field(metadata=_path("eviction.protectSeconds"))
+    eviction_interval_seconds: Sourced[int] = field(metadata=_path("eviction.intervalSeconds"))
     # The policy's pool that spec.disk.nvme.pool names; None when the tier names none or the
     # policy lacks it (the operator reports the latter as PolicyCompliant=False).
     nvme_pool: NVMePoolSettings | None = field(default=None, metadata=_path("disk.nvme.pool"))
@@ -235,6 +247,7 @@ def effective_settings(
     object_store = policy.object_store or ObjectStorePolicy()
     cephfs = policy.cephfs or CephFSPolicy()
     replica1 = cephfs.replica1 or Replica1Pool()
+    eviction = policy.eviction or EvictionPolicy()
 
     cephfs_class = _policy_only(cephfs.storage_class_name, defaults.cephfs_storage_class)
     pool_name = _policy_only(replica1.pool_name, defaults.replica1_pool_name)
@@ -292,6 +305,18 @@ def effective_settings(
         replica1_cluster_id=_policy_only(replica1.cluster_id, ceph_namespace.value),
         non_beneficial_tier=_policy_only(policy.non_beneficial_tier, defaults.non_beneficial_tier),
         storage_retention=retention,
+        eviction_high_watermark=_policy_only(
+            eviction.high_watermark, defaults.eviction_high_watermark
+        ),
+        eviction_low_watermark=_policy_only(
+            eviction.low_watermark, defaults.eviction_low_watermark
+        ),
+        eviction_protect_seconds=_policy_only(
+            eviction.protect_seconds, defaults.eviction_protect_seconds
+        ),
+        eviction_interval_seconds=_policy_only(
+            eviction.interval_seconds, defaults.eviction_interval_seconds
+        ),
         nvme_pool=_nvme_pool(
             disk.nvme.pool if disk.nvme else None,
             policy.nvme_pools or [],

@@ -372,6 +372,8 @@ def removal_writes(
         meta = obj.get("metadata") or {}
         if kind == "PersistentVolume":
             keep = (meta.get("annotations") or {}).get(RETENTION) == "Retain"
+        elif kind == "Deployment":  # an evictor: nothing of it outlives the tier
+            keep = False
         else:
             keep = not delete_claims
         if not keep:

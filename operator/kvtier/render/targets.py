@@ -42,10 +42,12 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvtier.names import FIELD_MANAGER
+from kvtier.render.evictor import CONTAINER as EVICTOR_CONTAINER
+from kvtier.render.evictor import EvictorSettings, nvme_evictor_sidecar
 from kvtier.render.naming import DSHM_VOLUME, KV_CACHE_VOLUME
 from kvtier.render.quantities import quantity_to_bytes, to_quantity
 from kvtier.render.result import DesiredWrite, RenderError
@@ -107,6 +109,8 @@ class Offload:
     roles: tuple[RoleOffload, ...] = ()
     # The release leaves its /dev/shm offload file behind after an OOMKill: remove it first.
     clear_stale_shm_file: bool = False
+    # A per-pod disk tier's evictor: a native sidecar beside vLLM on the same volume.
+    evictor: EvictorSettings | None = None
 
     @property
     def arg(self) -> str:
@@ -366,6 +370,15 @@ class _PodParts:
     container: dict[str, Any] = field(default_factory=dict)
     volumes: list[dict[str, Any]] = field(default_factory=list)
     record: dict[str, Any] = field(default_factory=dict)
+    init_containers: list[dict[str, Any]] = field(default_factory=list)  # the evictor sidecar
+
+
+def _evictor_sidecar(offload: Offload, volume: str, mount_path: str) -> list[dict[str, Any]]:
+    """The evictor sidecar on a per-pod disk volume, [] when the tier has none."""
+    if offload.evictor is None or not isinstance(offload.disk, PerPodClaim):
+        return []
+    settings = replace(offload.evictor, volume_name=volume, mount_path=mount_path)
+    return [nvme_evictor_sidecar(settings)]
 
 
 def _disk_volume(disk: SharedClaim | PerPodClaim) -> dict[str, Any]:
@@ -415,6 +428,7 @@ def _pod_parts(
             )
         parts.volumes.append(_disk_volume(offload.disk))
         mounts.append({"name": KV_CACHE_VOLUME, "mountPath": offload.mount_path})
+        parts.init_containers += _evictor_sidecar(offload, KV_CACHE_VOLUME, offload.mount_path)
     if mounts:
         parts.container["volumeMounts"] = mounts
 
@@ -567,6 +581,22 @@ def list_ops(
     return [test, {"op": "replace", "path": _pointer(path), "value": list(new)}]
 
 
+def _with_list(
+    target: Mapping[str, Any], path: Sequence[str], new: Sequence[Any]
+) -> dict[str, Any]:
+    """`target` as list_ops(target, path, new) leaves it: for the guards of a later op of the
+    same patch, which test what the ops before them left."""
+    out = copy.deepcopy(dict(target))
+    node = out
+    for key in path[:-1]:
+        node = node[key]
+    if new:
+        node[path[-1]] = copy.deepcopy(list(new))
+    else:
+        node.pop(path[-1], None)
+    return out
+
+
 def _json_patch(
     target: Mapping[str, Any], ops: list[dict[str, Any]], what: str
 ) -> list[DesiredWrite]:
@@ -609,6 +639,10 @@ def _flag_parts(
 _OWN_VOLUMES = {DSHM_VOLUME, KV_CACHE_VOLUME}
 _ISVC_VOLUMES = ("spec", "predictor", "volumes")
 _ISVC_ARGS = ("spec", "predictor", "model", "args")
+_ISVC_INIT = ("spec", "predictor", "initContainers")  # atomic too
+# Where KServe mounts a v1alpha2 object's first native fs tier in the pods it renders.
+_NATIVE_VOLUME = "kv-cache-secondary-0"
+_NATIVE_MOUNT = "/mnt/kv-cache-0"
 
 
 def inference_service_patch(
@@ -623,12 +657,20 @@ def inference_service_patch(
     container, own, parts = prepared
     user_args, _ = _strip_own_args(container.get("args") or [], own)
     volumes = _with_items(_volumes(target), parts.volumes, _OWN_VOLUMES)
+    args = [*user_args, KV_FLAG, offload.arg]
+    init = _with_items(_get(target, *_ISVC_INIT) or [], parts.init_containers, {EVICTOR_CONTAINER})
+    # The init containers' guard may test the predictor the ops before have changed.
+    ahead = _with_list(_with_list(target, _ISVC_VOLUMES, volumes), _ISVC_ARGS, args)
     ops = [
         *list_ops(target, _ISVC_VOLUMES, volumes),
-        *list_ops(target, _ISVC_ARGS, [*user_args, KV_FLAG, offload.arg]),
+        *list_ops(target, _ISVC_ARGS, args),
+        *list_ops(ahead, _ISVC_INIT, init),
     ]
     names = ", ".join(v["name"] for v in parts.volumes)
-    lists = _json_patch(target, ops, f"volumes {names} and args {KV_FLAG} beside the user's own")
+    sidecar = f", init container {EVICTOR_CONTAINER}" if parts.init_containers else ""
+    lists = _json_patch(
+        target, ops, f"volumes {names}{sidecar} and args {KV_FLAG} beside the user's own"
+    )
     record = {**parts.record, "kvTransferConfig": offload.arg}
     body = {
         "apiVersion": ISVC_V1BETA1[0],
@@ -675,6 +717,14 @@ def _put_template(spec: dict[str, Any], template: str, value: dict[str, Any]) ->
     node[last] = value
 
 
+def _template_body(main: dict[str, Any], parts: _PodParts) -> dict[str, Any]:
+    """kvtier's part of one LLMInferenceService pod template (its lists keyed by name)."""
+    body: dict[str, Any] = {"containers": [main], "volumes": parts.volumes}
+    if parts.init_containers:
+        body["initContainers"] = parts.init_containers
+    return body
+
+
 def _holder(template: str) -> str:
     where = "" if template == "template" else f"spec.{template} "
     return f"{where}container {MAIN_CONTAINER}"
@@ -717,7 +767,7 @@ def llmisvc_v1alpha1_patch(
             **parts.container,
             "env": [{"name": ADDITIONAL_ARGS_ENV, "value": value}, *parts.container.get("env", [])],
         }
-        _put_template(spec, template, {"containers": [main], "volumes": parts.volumes})
+        _put_template(spec, template, _template_body(main, parts))
         # An env kvtier created holds only its flag: still no user value on a re-render.
         created = _get(rec, "additionalArgs", "base") is None and "additionalArgs" in rec
         base = user_text if env and not (created and not user_text) else None
@@ -784,8 +834,10 @@ def llmisvc_v1alpha2_patch(
         parts = _pod_parts(target, offload, mount_disk=False, role=role, template=template)
         if isinstance(parts, Conflict):
             return parts
+        if role.role == DECODE:  # the pods KServe mounts the native disk tier in
+            parts.init_containers += _evictor_sidecar(offload, _NATIVE_VOLUME, _NATIVE_MOUNT)
         main = {"name": MAIN_CONTAINER, **parts.container}
-        _put_template(spec, template, {"containers": [main], "volumes": parts.volumes})
+        _put_template(spec, template, _template_body(main, parts))
         _file_record(record, template, parts.record)
     if scheduler:
         record["scheduler"] = dict(scheduler)
@@ -955,6 +1007,8 @@ def _pod_unapply_ops(
         ops += list_ops(target, _ISVC_ARGS, user_args)
     if _get(container, "lifecycle", "postStart") == STALE_SHM_HOOK:
         ops += _value_ops(target, [*path, "lifecycle", "postStart"], None, floor=len(path) + 1)
+    init_path = list(_ISVC_INIT) if isvc else [*template_path(template), "initContainers"]
+    ops += _item_ops(target, init_path, "name", {EVICTOR_CONTAINER})
     # Volumes last: nothing mounts them any more once the ops above went through.
     ops += _item_ops(target, volumes_path, "name", _OWN_VOLUMES)
     return ops

@@ -21,6 +21,8 @@ from kvtier.render.cephfs import (
     cephfs_storage_class_name,
     replica1_writes,
 )
+from kvtier.render.evictor import EvictorSettings
+from kvtier.render.evictor_writes import cephfs_evictor_write, evictor_settings
 from kvtier.render.labels import TIER_ID, TierRef
 from kvtier.render.naming import python_hash_seed
 from kvtier.render.nvme import (
@@ -53,16 +55,21 @@ def render_writes(
     nodes: Sequence[Mapping[str, Any]],
     replicas: int,
     roles: Sequence[RoleOffload] = (),
+    evictor_image: str | None = None,
 ) -> RenderResult:
     """The writes for the tier's chosen topology, or a conflict when the target already has
     an offload config kvtier did not write. RenderError when the inputs cannot work (no NVMe
     pool or eligible node, a size above the pool's, an unsupported target or disk type).
-    `roles`: what each role of an LLMInferenceService needs (policy/roles.py)."""
+    `roles`: what each role of an LLMInferenceService needs (policy/roles.py).
+    `evictor_image` runs `kvtier evict` beside the disk tier (the operator's own image): a
+    Deployment per CephFS claim, a native sidecar in the pods of an NVMe tier."""
     writes: list[DesiredWrite] = []
     notes: list[str] = []
     disk_spec = spec.disk
     disk: SharedClaim | PerPodClaim | None = None
     seed = None
+    block_bytes = sizing.sizing.block_bytes
+    nvme_evictor: EvictorSettings | None = None
     if sizing.disk == "NVMe":
         pool = settings.nvme_pool
         if pool is None:
@@ -78,6 +85,8 @@ def render_writes(
             None if requested is None else quantity_bytes(requested), pool
         )
         disk = PerPodClaim(spec=nvme_claim_spec(tier, pool, capacity))
+        if evictor_image is not None:
+            nvme_evictor = evictor_settings(settings, evictor_image, capacity, block_bytes)
         if pool.storage_class_name is not None:
             notes.append(class_pool_note(pool.name, pool.storage_class_name))
         else:
@@ -106,6 +115,9 @@ def render_writes(
         )
         writes += [*replica1_writes(settings), claim]
         disk = SharedClaim(claim.name)
+        if evictor_image is not None and tier.uid is not None:  # owned by the tier: its uid
+            evictor = evictor_settings(settings, evictor_image, size, block_bytes)
+            writes.append(cephfs_evictor_write(tier, claim.name, evictor))
         if replicas > 1 and sizing.shared_hash_seed:
             seed = python_hash_seed(tier.namespace, tier.name)
     elif sizing.disk is not None:
@@ -131,6 +143,7 @@ def render_writes(
         python_hash_seed=seed,
         clear_stale_shm_file=sizing.clear_stale_shm_file,
         roles=tuple(roles),
+        evictor=nvme_evictor,
     )
     scheduler = llmisvc_scheduler(target, offload)
     patch = target_patch(target, offload, scheduler)
