@@ -23,13 +23,15 @@ import copy
 import json
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from kvtier.render.evictor import CONTAINER as EVICTOR
+from kvtier.render.evictor import EvictorSettings
 from kvtier.render.naming import DSHM_VOLUME, KV_CACHE_VOLUME
 from kvtier.render.targets import (
     KV_FLAG,
@@ -342,6 +344,25 @@ def test_disk_tier_volume_and_mount(oracle: Path, name: str) -> None:
     [own_main] = body["spec"]["template"]["containers"]
     assert {"name": KV_CACHE_VOLUME, "mountPath": FS_ROOT} in own_main["volumeMounts"]
     assert case.config()[EXTRA]["secondary_tiers"][0]["root_dir"] == FS_ROOT
+
+
+def test_kserve_keeps_the_nvme_evictor_on_the_volume_it_mounts(oracle: Path) -> None:
+    """The native sidecar kvtier puts in an NVMe tier's decode template: KServe's controller
+    keeps it in the Deployment's pod as a restartable init container, on the volume and at
+    the path it mounts for vLLM's fs tier (which only exist in the pod KServe renders)."""
+    evictor = EvictorSettings(image="kvtier:test", capacity_bytes=1 << 40, block_bytes=5 << 20)
+    offload = replace(CASES["nvme"].offload(), evictor=evictor)
+    target = yaml.safe_load((TARGETS / "nemotron-llmisvc.yaml").read_text())
+    writes = target_patch(target, offload)
+    assert isinstance(writes, list), writes
+    workload, main = main_container(render(oracle, applied(target, writes[-1].body)))
+    [sidecar] = [c for c in workload["initContainers"] if c["name"] == EVICTOR]
+    assert sidecar["restartPolicy"] == "Always"
+    [mount] = sidecar["volumeMounts"]
+    root = main["kvTransferConfig"][EXTRA]["secondary_tiers"][0]["root_dir"]
+    assert mount in main["volumeMounts"] and mount["mountPath"] == root
+    [volume] = [v for v in workload["volumes"] if v["name"] == mount["name"]]
+    assert volume["ephemeral"]["volumeClaimTemplate"]["spec"] == NVME_SPEC
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -21,8 +21,9 @@
 //     words vLLM would get, after the template's quoting and the shell's eval.
 //
 // Output (stdout): JSON {"kserveVersion", "validation", "reconcileErrors", "workloads":
-// [{"kind", "name", "role", "volumes", "containers": [{"name", "env", "volumeMounts",
-// "resources", "vllmArgv", "kvTransferConfig"}]}]}, every container that has a command run.
+// [{"kind", "name", "role", "volumes", "initContainers", "containers": [{"name", "env",
+// "volumeMounts", "resources", "vllmArgv", "kvTransferConfig"}]}]}, every container that has
+// a command run; initContainers as the pod template holds them.
 // Exit status 2: bad input or harness failure.
 package main
 
@@ -87,11 +88,12 @@ type containerOut struct {
 }
 
 type workloadOut struct {
-	Kind       string          `json:"kind"`
-	Name       string          `json:"name"`
-	Role       string          `json:"role"`
-	Volumes    []corev1.Volume `json:"volumes"`
-	Containers []containerOut  `json:"containers"`
+	Kind           string             `json:"kind"`
+	Name           string             `json:"name"`
+	Role           string             `json:"role"`
+	Volumes        []corev1.Volume    `json:"volumes"`
+	InitContainers []corev1.Container `json:"initContainers"`
+	Containers     []containerOut     `json:"containers"`
 }
 
 type output struct {
@@ -314,7 +316,9 @@ type collected struct {
 }
 
 func podOut(kind, name, role string, pod *corev1.PodSpec) collected {
-	w := collected{workloadOut: workloadOut{Kind: kind, Name: name, Role: role, Volumes: pod.Volumes}}
+	w := collected{workloadOut: workloadOut{
+		Kind: kind, Name: name, Role: role, Volumes: pod.Volumes, InitContainers: pod.InitContainers,
+	}}
 	for _, ctr := range pod.Containers {
 		w.Containers = append(w.Containers, containerOut{
 			Name:         ctr.Name,
