@@ -7,6 +7,7 @@ both and gives the user's target back exactly."""
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any, cast
 
 import pytest
@@ -16,6 +17,8 @@ from kvtier.api.common import quantity_bytes
 from kvtier.render.evictor import CONTAINER
 from kvtier.render.labels import TIER_ID
 from kvtier.render.naming import tier_id
+from localcluster import LocalCluster
+from tests.e2e import audit
 from tests.e2e.conftest import create_target, inference_service
 from tests.e2e.kube_helpers import (
     apply_policy,
@@ -189,6 +192,18 @@ def test_nvme_tier_gets_the_native_sidecar(admin_api: client.ApiClient, ns: str)
     core = client.CoreV1Api(admin_api)
     created = core.create_namespaced_pod(ns, as_restricted_user(pod))  # type: ignore[arg-type]
     assert created.spec.init_containers[1].restart_policy == "Always"
+
+
+def test_the_evictors_settle_without_writes(
+    cluster: LocalCluster, admin_api: client.ApiClient, ns: str
+) -> None:
+    """The API server's defaults on the Deployment and the InferenceService's init
+    containers are no news: once the two tiers settle, the operator writes nothing more."""
+    wait_condition(admin_api, ns, "local", "Applied", "True", timeout=90)
+    time.sleep(3)
+    settled = time.time()
+    time.sleep(6)
+    assert sum(audit.writes(cluster.audit_log, since=settled, namespace=ns).values()) == 0
 
 
 def test_deleting_the_tiers_removes_the_evictors_and_restores_the_targets(
