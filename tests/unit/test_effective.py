@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from kvtier.api.policy import KVCachePolicy, KVCachePolicySpec, Retention, VolumeSource
 from kvtier.api.tier import DiskType, KVCacheDtype, KVCacheTierSpec, Mode, ValueSource
-from kvtier.policy.effective import BUILTIN_DEFAULTS, effective_settings
+from kvtier.settings import BUILTIN_DEFAULTS, effective_settings
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DEFAULT, POLICY, TIER = ValueSource.DEFAULT, ValueSource.POLICY, ValueSource.TIER

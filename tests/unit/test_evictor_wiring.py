@@ -17,7 +17,6 @@ from kvtier.api.policy import KVCachePolicy, KVCachePolicySpec
 from kvtier.api.tier import KVCacheTier, ValueSource
 from kvtier.evict.policy import DEFAULT_HIGH, DEFAULT_LOW, DEFAULT_PROTECT_SECONDS
 from kvtier.evict.run import DEFAULT_INTERVAL_SECONDS
-from kvtier.policy.effective import effective_settings
 from kvtier.policy.provisioning import removal_writes
 from kvtier.render import DesiredWrite, RenderResult, TierRef, render_writes
 from kvtier.render.evictor import CONTAINER
@@ -33,6 +32,7 @@ from kvtier.render.targets import (
     unapply_writes,
 )
 from kvtier.render.writes import prune_writes
+from kvtier.settings import effective_settings
 from kvtier.sizing import SizingInput, kv_transfer_config, lookup_model, plan
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

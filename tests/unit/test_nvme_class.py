@@ -19,11 +19,11 @@ from kvtier.handlers.controller import Controller
 from kvtier.handlers.watches import on_capacity, on_policy, on_storage_class
 from kvtier.kube.rest import Kube
 from kvtier.policy.decide import Decision, decide
-from kvtier.policy.effective import nvme_pools
 from kvtier.policy.provisioning import policy_writes
 from kvtier.render.labels import TierRef
 from kvtier.render.nvme import nvme_claim_spec
 from kvtier.render.nvme_class import binding_warning, class_claim_spec, class_pool_note
+from kvtier.settings import nvme_pools
 from tests.unit.test_decide import NODES, facts, llmisvc, tier
 
 CLASS = "lvms-vg1"

@@ -8,7 +8,6 @@ import pytest
 
 from kvtier.api.policy import KVCachePolicySpec, Retention, VolumeSource
 from kvtier.api.tier import KVCacheTierSpec
-from kvtier.policy.effective import NVMePoolSettings, effective_settings
 from kvtier.render.cephfs import (
     REPLICA1,
     cephfs_claim,
@@ -27,6 +26,7 @@ from kvtier.render.nvme import (
     recycle_released_volumes,
 )
 from kvtier.render.result import RenderError
+from kvtier.settings import NVMePoolSettings, effective_settings
 from kvtier.sizing import SizingInput, lookup_model, plan
 
 TiB = 1 << 40

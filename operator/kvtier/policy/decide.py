@@ -22,12 +22,6 @@ from kvtier.names import FINALIZER
 from kvtier.observe.status import Observation
 from kvtier.policy.capacity import capacity_verdict
 from kvtier.policy.conditions import FALSE, TRUE, UNKNOWN, Verdict, flipped, merge_conditions
-from kvtier.policy.effective import (
-    BUILTIN_DEFAULTS,
-    EffectiveSettings,
-    effective_settings,
-    with_target_vllm_version,
-)
 from kvtier.policy.gate import ObservedEvidence, gate_tier, plan_share
 from kvtier.policy.probing import ProbeStep, plan_probe
 from kvtier.policy.provisioning import (
@@ -62,6 +56,12 @@ from kvtier.render.nvme_class import binding_warning
 from kvtier.render.probe_job import CephFSProbeVolume, NVMeProbeVolume
 from kvtier.render.quantities import to_quantity
 from kvtier.render.scheduler import PLUGINS_PATH, SchedulerProblem, SchedulerSync
+from kvtier.settings import (
+    BUILTIN_DEFAULTS,
+    EffectiveSettings,
+    effective_settings,
+    with_target_vllm_version,
+)
 from kvtier.sizing import (
     SizingError,
     SizingInput,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kvtier.api.tier import ProbeResult
-from kvtier.policy.effective import BUILTIN_DEFAULTS
+from kvtier.settings import BUILTIN_DEFAULTS
 from kvtier.sizing import SizingPlan, assess_tier, normalize_disk_type
 from kvtier.sizing.tiers import SHARED_DISK_TYPES, LatencyView, ThroughputView, tier_share
 

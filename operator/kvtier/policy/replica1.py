@@ -30,11 +30,11 @@ from typing import Any
 from kvtier.api.policy import KVCachePolicySpec
 from kvtier.api.tier import KVCacheTierSpec
 from kvtier.policy.conditions import FALSE, TRUE, Verdict, merge_conditions
-from kvtier.policy.effective import EffectiveSettings, effective_settings
 from kvtier.policy.provisioning import covers, object_key, pending_writes, policy_writes
 from kvtier.render import DesiredWrite
 from kvtier.render.cephfs import REPLICA1, replica1_ceph_pool
 from kvtier.render.labels import MANAGED_BY, MANAGER
+from kvtier.settings import EffectiveSettings, effective_settings
 
 CONDITION = "Replica1PoolReady"
 # Label selector of kvtier's replica-1 objects (CephFilesystem, StorageClass).

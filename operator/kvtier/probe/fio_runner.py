@@ -17,9 +17,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvtier.policy.effective import BUILTIN_DEFAULTS
 from kvtier.probe.errors import ProbeEnvironmentError, ProbeInputError
 from kvtier.probe.fio_result import FioResult, parse_fio_json
+from kvtier.settings import BUILTIN_DEFAULTS
 from kvtier.sizing import fio_args, fio_block_size, human_bytes
 from kvtier.sizing.fio import O_DIRECT_ALIGNMENT
 

@@ -32,11 +32,11 @@ from __future__ import annotations
 from typing import Any
 
 from kvtier.api.policy import Retention
-from kvtier.policy.effective import EffectiveSettings
 from kvtier.render.labels import TierRef, managed_labels, owner_references, tier_labels
 from kvtier.render.naming import cephfs_claim_name
 from kvtier.render.quantities import round_up, to_quantity
 from kvtier.render.result import DesiredWrite
+from kvtier.settings import EffectiveSettings
 from kvtier.sizing import Sizing
 
 CEPH_FILESYSTEM_API = "ceph.rook.io/v1"

@@ -8,11 +8,11 @@ into a write. The NVMe sidecar travels in `Offload.evictor` into the target's ow
 
 from __future__ import annotations
 
-from kvtier.policy.effective import EffectiveSettings
 from kvtier.render.evictor import EvictorSettings, cephfs_evictor_deployment
 from kvtier.render.labels import TierRef
 from kvtier.render.quantities import to_quantity
 from kvtier.render.result import DesiredWrite
+from kvtier.settings import EffectiveSettings
 
 
 def evictor_settings(

@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kvtier.policy.effective import NVMePoolSettings
 from kvtier.render.labels import (
     MANAGED_BY,
     MANAGER,
@@ -37,6 +36,7 @@ from kvtier.render.naming import nvme_storage_class_name, nvme_volume_name
 from kvtier.render.nvme_class import class_claim_spec
 from kvtier.render.quantities import to_quantity
 from kvtier.render.result import DesiredWrite, RenderError
+from kvtier.settings import NVMePoolSettings
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 NO_PROVISIONER = "kubernetes.io/no-provisioner"

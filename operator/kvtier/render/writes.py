@@ -14,7 +14,6 @@ from typing import Any
 from kvtier.api.common import quantity_bytes
 from kvtier.api.policy import Retention
 from kvtier.api.tier import KVCacheTierSpec
-from kvtier.policy.effective import EffectiveSettings
 from kvtier.render.cephfs import (
     cephfs_claim,
     cephfs_size_bytes,
@@ -43,6 +42,7 @@ from kvtier.render.targets import (
     llmisvc_scheduler,
     target_patch,
 )
+from kvtier.settings import EffectiveSettings
 from kvtier.sizing import SizingPlan
 
 

@@ -1,0 +1,42 @@
+"""The package's layers import only downward (README, Layout): render/ never reaches into
+policy/, and the pure core (api, sizing, settings, render, policy) never into I/O."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "kvtier"
+IO_LAYERS = ("kvtier.handlers", "kvtier.kube", "kvtier.observe")
+FORBIDDEN = {
+    "api": ("kvtier.policy", "kvtier.render", "kvtier.settings", *IO_LAYERS),
+    "sizing": ("kvtier.api", "kvtier.policy", "kvtier.render", "kvtier.settings", *IO_LAYERS),
+    "render": ("kvtier.policy", *IO_LAYERS),
+    "policy": IO_LAYERS[:2],  # decide reads observations as values, never I/O itself
+}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_a_layer_imports_nothing_above_it(layer: str) -> None:
+    files = sorted((PACKAGE / layer).rglob("*.py"))
+    assert files
+    problems = [
+        f"{path.relative_to(PACKAGE)} imports {module}"
+        for path in files
+        for module in sorted(_imports(path))
+        if module.startswith(FORBIDDEN[layer])
+    ]
+    assert not problems, "\n".join(problems)
