@@ -300,18 +300,26 @@ def test_isvc_without_model_is_unsupported() -> None:
     assert err.value.reason == "UnsupportedTarget"
 
 
+@pytest.mark.parametrize("dtype", [None, "fp8"])
 @pytest.mark.parametrize("clear_stale", [False, True])
 @pytest.mark.parametrize("seed", [None, "123"])
 @pytest.mark.parametrize("load", [_isvc, _v1alpha1, _v1alpha2])
 def test_unapply_gives_back_exactly_the_users_target(
-    load: Any, seed: str | None, clear_stale: bool
+    load: Any, seed: str | None, clear_stale: bool, dtype: str | None
 ) -> None:
     original = load()
-    offload = _offload(python_hash_seed=seed, clear_stale_shm_file=clear_stale)
+    offload = _offload(
+        python_hash_seed=seed, clear_stale_shm_file=clear_stale, kv_cache_dtype=dtype
+    )
     applied = _applied_to(original, _writes(original, offload))
     assert applied != original
     container = applied["spec"]["predictor"]["model"] if load is _isvc else _main(applied)
     assert ("lifecycle" in container) is clear_stale  # the postStart hook, where asked
+    if dtype is not None:  # kvtier passes the dtype it sized for, next to its own flag
+        flags = container.get("args") or [
+            e["value"] for e in container["env"] if e["name"] == "VLLM_ADDITIONAL_ARGS"
+        ]
+        assert "--kv-cache-dtype fp8 --kv-transfer-config" in " ".join(flags)
     assert _undone(applied) == original
 
 

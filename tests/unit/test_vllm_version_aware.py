@@ -120,9 +120,35 @@ def test_kv_cache_dtype_follows_the_target_and_refuses_a_mismatch() -> None:
     fp8 = _with_main(llmisvc(), args=["--kv-cache-dtype", "fp8"])
     d = decide(facts(tier(), target=fp8))
     assert d.sizing is not None and d.sizing.kv_cache_dtype == "fp8"
-    sized = conds(decide(facts(tier(model={"kvCacheDtype": "fp8"}))).status)["Sized"]
+    bf16 = _with_main(llmisvc(), args=["--kv-cache-dtype", "bfloat16"])
+    sized = conds(decide(facts(tier(model={"kvCacheDtype": "fp8"}), target=bf16)).status)["Sized"]
     assert sized["reason"] == "KVCacheDtypeMismatch"
-    assert "pass --kv-cache-dtype fp8 to the target" in sized["message"]
+    assert "the target passes --kv-cache-dtype bfloat16" in sized["message"]
+
+
+def _env_args(write: Any) -> str:
+    (main,) = write.body["spec"]["template"]["containers"]
+    return str(next(e["value"] for e in main["env"] if e["name"] == "VLLM_ADDITIONAL_ARGS"))
+
+
+def test_a_dtype_the_target_does_not_pass_is_passed_by_kvtier_once() -> None:
+    """fp8 on the tier, nothing on the target: kvtier sizes for fp8 and passes the flag (in
+    VLLM_ADDITIONAL_ARGS: the native field has no place for it). On the patched target its
+    own flag does not count as the user's, so the next decision writes the same."""
+    d = decide(facts(tier(mode="Apply", model={"kvCacheDtype": "fp8"})))
+    assert conds(d.status)["Sized"]["status"] == "True"
+    assert d.sizing is not None and d.sizing.kv_cache_dtype == "fp8"
+    (patch,) = [w for w in d.writes if w.kind == "LLMInferenceService"]
+    assert patch.api_version == "serving.kserve.io/v1alpha1"
+    assert _env_args(patch).startswith("--kv-cache-dtype fp8 --kv-transfer-config '")
+    patched = copy.deepcopy(llmisvc())
+    patched["metadata"]["annotations"] = patch.body["metadata"]["annotations"]
+    main = patched["spec"]["template"]["containers"][0]
+    main["env"] = [{"name": "VLLM_ADDITIONAL_ARGS", "value": _env_args(patch)}]
+    again = decide(facts(tier(mode="Apply", model={"kvCacheDtype": "fp8"}), target=patched))
+    assert again.sizing is not None and again.sizing.kv_cache_dtype == "fp8"
+    (same,) = [w for w in again.writes if w.kind == "LLMInferenceService"] or [patch]
+    assert _env_args(same) == _env_args(patch)
 
 
 def test_a_dtype_the_target_serves_under_another_name_is_no_mismatch() -> None:

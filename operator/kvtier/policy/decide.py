@@ -56,6 +56,7 @@ from kvtier.render.nvme_class import binding_warning
 from kvtier.render.probe_job import CephFSProbeVolume, NVMeProbeVolume
 from kvtier.render.quantities import to_quantity
 from kvtier.render.scheduler import PLUGINS_PATH, SchedulerProblem, SchedulerSync
+from kvtier.render.targets import own_kv_cache_dtype
 from kvtier.settings import (
     BUILTIN_DEFAULTS,
     EffectiveSettings,
@@ -332,10 +333,29 @@ def _sizing_input(
     )
 
 
+def _users_flags(target: TargetFacts, obj: Mapping[str, Any]) -> TargetFacts:
+    """The target's facts without the --kv-cache-dtype kvtier itself passes (its record says
+    which): sizing follows the user's flags, and kvtier's own one is re-rendered each time."""
+    own = own_kv_cache_dtype(obj)
+    if own is None or target.server.kv_cache_dtype != own:
+        return target
+    return replace(target, server=replace(target.server, kv_cache_dtype=None))
+
+
+def kv_cache_dtype_flag(eff: EffectiveSettings, flags: ServerFlags) -> str | None:
+    """The --kv-cache-dtype kvtier passes: the tier's or the policy's dtype, when the target
+    passes none (a target that passes another is refused by _kv_cache_dtype)."""
+    asked = eff.kv_cache_dtype
+    if asked.source is ValueSource.DEFAULT or flags.kv_cache_dtype is not None:
+        return None
+    return None if asked.value.value == "auto" else asked.value.value
+
+
 def _kv_cache_dtype(eff: EffectiveSettings, flags: ServerFlags, model_dtype: str) -> str:
-    """The dtype to size with: the target's --kv-cache-dtype unless the tier or the policy
-    asks for another, which is refused (the tier would be sized for bytes vLLM never uses).
-    Compared as vLLM resolves them: `auto` is the model's dtype, fp8_e4m3 is fp8."""
+    """The dtype to size with: the target's --kv-cache-dtype, else the tier's or the policy's
+    (which kvtier then passes); a target passing another than the one asked is refused (the
+    tier would be sized for bytes vLLM never uses). Compared as vLLM resolves them: `auto` is
+    the model's dtype, fp8_e4m3 is fp8."""
     asked = eff.kv_cache_dtype
     served = flags.kv_cache_dtype or "auto"
     wanted = asked.value.value
@@ -352,6 +372,8 @@ def _kv_cache_dtype(eff: EffectiveSettings, flags: ServerFlags, model_dtype: str
         or resolved(wanted) == resolved(served)
     ):
         return served
+    if flags.kv_cache_dtype is None:
+        return wanted  # kvtier passes --kv-cache-dtype itself (kv_cache_dtype_flag)
     where = (
         "spec.model.kvCacheDtype"
         if asked.source is ValueSource.TIER
@@ -359,9 +381,8 @@ def _kv_cache_dtype(eff: EffectiveSettings, flags: ServerFlags, model_dtype: str
     )
     raise _sized_false(
         "KVCacheDtypeMismatch",
-        f"{where} is {wanted}, but the target serves the KV cache as {served} "
-        f"(--kv-cache-dtype {'not given' if flags.kv_cache_dtype is None else served}): pass "
-        f"--kv-cache-dtype {wanted} to the target, or drop the setting",
+        f"{where} is {wanted}, but the target passes --kv-cache-dtype {served}: make them "
+        "the same, or drop the setting (kvtier then sizes for the target's)",
     )
 
 
@@ -581,7 +602,7 @@ def decide(facts: Facts) -> Decision:
             )
         )
     else:
-        target = target_facts(facts.target)
+        target = _users_flags(target_facts(facts.target), facts.target)
         decision.target = target
         verdicts.append(
             Verdict(
@@ -750,6 +771,7 @@ def _render(
             target.replicas,
             [r.offload() for r in roles],
             evictor_image=facts.probe_image,
+            kv_cache_dtype_flag=kv_cache_dtype_flag(eff, target.server),
         )
     except RenderError as exc:
         decision.status["plan"] = {"summary": f"{summary}\nCannot apply: {exc.message}"}

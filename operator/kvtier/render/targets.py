@@ -64,6 +64,7 @@ from kvtier.sizing.vllm import kv_transfer_config_arg
 
 APPLIED_ANNOTATION = "kvcache.io/applied"
 KV_FLAG = "--kv-transfer-config"
+DTYPE_FLAG = "--kv-cache-dtype"
 _KV_FLAGS = (KV_FLAG, "--kv_transfer_config")  # vLLM accepts both spellings
 ADDITIONAL_ARGS_ENV = "VLLM_ADDITIONAL_ARGS"
 HASH_SEED_ENV = "PYTHONHASHSEED"
@@ -111,6 +112,12 @@ class Offload:
     clear_stale_shm_file: bool = False
     # A per-pod disk tier's evictor: a native sidecar beside vLLM on the same volume.
     evictor: EvictorSettings | None = None
+    # The --kv-cache-dtype the tier is sized for, passed where the target passes none.
+    kv_cache_dtype: str | None = None
+
+    @property
+    def dtype_args(self) -> list[str]:
+        return [DTYPE_FLAG, self.kv_cache_dtype] if self.kv_cache_dtype else []
 
     @property
     def arg(self) -> str:
@@ -251,14 +258,32 @@ def _strip_own_args(args: Sequence[str], own: str | None) -> tuple[list[str], bo
     return kept, foreign
 
 
-def _own_suffix(own: str) -> str:
+def _without_pair(args: Sequence[str], flag: str, value: str | None) -> list[str]:
+    """The args without the first `flag value` pair: kvtier's own, by its record."""
+    kept = list(args)
+    for i in range(len(kept) - 1):
+        if value is not None and kept[i] == flag and kept[i + 1] == value:
+            return kept[:i] + kept[i + 2 :]
+    return kept
+
+
+def own_kv_cache_dtype(target: Mapping[str, Any]) -> str | None:
+    """The --kv-cache-dtype kvtier itself passes to the target (by its record), if any: the
+    target's own flags are the others."""
+    value = _applied(target).get("kvCacheDtype")
+    return value if isinstance(value, str) else None
+
+
+def _own_suffix(own: str, dtype: str | None = None) -> str:
     # VLLM_ADDITIONAL_ARGS is split by a shell: single quotes keep the JSON one word.
-    return f"{KV_FLAG} '{own}'"
+    return (f"{DTYPE_FLAG} {dtype} " if dtype else "") + f"{KV_FLAG} '{own}'"
 
 
-def _strip_own_text(text: str, own: str | None) -> tuple[str, bool]:
+def _strip_own_text(text: str, own: str | None, dtype: str | None = None) -> tuple[str, bool]:
     """VLLM_ADDITIONAL_ARGS without kvtier's suffix, and whether a foreign flag remains."""
-    if own is not None and text.endswith(_own_suffix(own)):
+    if own is not None and text.endswith(_own_suffix(own, dtype)):
+        text = text[: -len(_own_suffix(own, dtype))].rstrip()
+    elif own is not None and text.endswith(_own_suffix(own)):
         text = text[: -len(_own_suffix(own))].rstrip()
     return text, any(flag in text for flag in _KV_FLAGS)
 
@@ -656,8 +681,9 @@ def inference_service_patch(
         return prepared
     container, own, parts = prepared
     user_args, _ = _strip_own_args(container.get("args") or [], own)
+    user_args = _without_pair(user_args, DTYPE_FLAG, own_kv_cache_dtype(target))
     volumes = _with_items(_volumes(target), parts.volumes, _OWN_VOLUMES)
-    args = [*user_args, KV_FLAG, offload.arg]
+    args = [*user_args, *offload.dtype_args, KV_FLAG, offload.arg]
     init = _with_items(_get(target, *_ISVC_INIT) or [], parts.init_containers, {EVICTOR_CONTAINER})
     # The init containers' guard may test the predictor the ops before have changed.
     ahead = _with_list(_with_list(target, _ISVC_VOLUMES, volumes), _ISVC_ARGS, args)
@@ -672,6 +698,8 @@ def inference_service_patch(
         target, ops, f"volumes {names}{sidecar} and args {KV_FLAG} beside the user's own"
     )
     record = {**parts.record, "kvTransferConfig": offload.arg}
+    if offload.kv_cache_dtype:
+        record["kvCacheDtype"] = offload.kv_cache_dtype
     body = {
         "apiVersion": ISVC_V1BETA1[0],
         "kind": ISVC_V1BETA1[1],
@@ -747,6 +775,8 @@ def llmisvc_v1alpha1_patch(
     applied = _applied(target)
     spec: dict[str, Any] = {}
     record: dict[str, Any] = {}
+    if offload.kv_cache_dtype:
+        record["kvCacheDtype"] = offload.kv_cache_dtype
     for role, template in _pod_templates(target, offload):
         container = _main_at(target, template)
         rec = _record_at(applied, template)
@@ -760,8 +790,10 @@ def llmisvc_v1alpha1_patch(
         if isinstance(parts, Conflict):
             return parts
         env = _env(container, ADDITIONAL_ARGS_ENV)
-        user_text, _ = _strip_own_text(str(env.get("value", "")) if env else "", own)
-        value = f"{user_text} {_own_suffix(role.arg)}".lstrip()
+        user_text, _ = _strip_own_text(
+            str(env.get("value", "")) if env else "", own, own_kv_cache_dtype(target)
+        )
+        value = f"{user_text} {_own_suffix(role.arg, offload.kv_cache_dtype)}".lstrip()
         main = {
             "name": MAIN_CONTAINER,
             **parts.container,
@@ -852,11 +884,15 @@ def llmisvc_v1alpha2_patch(
     return [_write(target, body, summary)]
 
 
-def llmisvc_form(target: Mapping[str, Any]) -> tuple[str, str]:
+def llmisvc_form(target: Mapping[str, Any], offload: Offload | None = None) -> tuple[str, str]:
     """The LLMInferenceService version kvtier writes: v1alpha2 (the native field) unless the
-    object is v1alpha1, or another manager writes it as v1alpha1."""
+    object is v1alpha1, another manager writes it as v1alpha1, or kvtier must pass
+    --kv-cache-dtype (the native field has no place for it: the flags go in
+    VLLM_ADDITIONAL_ARGS)."""
     version = target_version(target)
     if version == LLMISVC_V1ALPHA1 or LLMISVC_V1ALPHA1[0] in foreign_versions(target):
+        return LLMISVC_V1ALPHA1
+    if offload is not None and offload.kv_cache_dtype:
         return LLMISVC_V1ALPHA1
     return version
 
@@ -888,7 +924,7 @@ def target_patch(
         return inference_service_patch(target, offload)
     sync = scheduler if isinstance(scheduler, SchedulerSync) else None
     record = sync.record if sync else None
-    if llmisvc_form(target) == LLMISVC_V1ALPHA1:
+    if llmisvc_form(target, offload) == LLMISVC_V1ALPHA1:
         writes = llmisvc_v1alpha1_patch(target, offload, record)
     else:
         writes = llmisvc_v1alpha2_patch(target, offload, record)
@@ -1004,6 +1040,7 @@ def _pod_unapply_ops(
             ops += _value_ops(target, where, _get(applied, "shm", "base"))
     if isvc and "kvTransferConfig" in applied:
         user_args, _ = _strip_own_args(container.get("args") or [], applied["kvTransferConfig"])
+        user_args = _without_pair(user_args, DTYPE_FLAG, own_kv_cache_dtype(target))
         ops += list_ops(target, _ISVC_ARGS, user_args)
     if _get(container, "lifecycle", "postStart") == STALE_SHM_HOOK:
         ops += _value_ops(target, [*path, "lifecycle", "postStart"], None, floor=len(path) + 1)

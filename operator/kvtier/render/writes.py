@@ -56,13 +56,16 @@ def render_writes(
     replicas: int,
     roles: Sequence[RoleOffload] = (),
     evictor_image: str | None = None,
+    kv_cache_dtype_flag: str | None = None,
 ) -> RenderResult:
     """The writes for the tier's chosen topology, or a conflict when the target already has
     an offload config kvtier did not write. RenderError when the inputs cannot work (no NVMe
     pool or eligible node, a size above the pool's, an unsupported target or disk type).
     `roles`: what each role of an LLMInferenceService needs (policy/roles.py).
     `evictor_image` runs `kvtier evict` beside the disk tier (the operator's own image): a
-    Deployment per CephFS claim, a native sidecar in the pods of an NVMe tier."""
+    Deployment per CephFS claim, a native sidecar in the pods of an NVMe tier.
+    `kv_cache_dtype_flag`: the --kv-cache-dtype the tier sized for, passed beside kvtier's
+    --kv-transfer-config (the target passes none)."""
     writes: list[DesiredWrite] = []
     notes: list[str] = []
     disk_spec = spec.disk
@@ -142,6 +145,7 @@ def render_writes(
         mount_path=sizing.input.fs_root_dir,
         python_hash_seed=seed,
         clear_stale_shm_file=sizing.clear_stale_shm_file,
+        kv_cache_dtype=kv_cache_dtype_flag,
         roles=tuple(roles),
         evictor=nvme_evictor,
     )
