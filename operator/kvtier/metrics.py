@@ -103,6 +103,18 @@ OBSERVED = {
         ("tPrefillSeconds", "t_prefill_seconds", "Prefill seconds per token the verdict used."),
     )
 }
+# A disk tier's fill, from its evictor's own gauges (kvtier.observe.disk).
+DISK_PRESSURE = Gauge(
+    "kvtier_tier_disk_pressure",
+    "1 when a disk tier's DiskPressure is True (above its high watermark over the window), "
+    "0 when False; absent while Unknown.",
+    (*TIER_LABELS, "tier"),
+)
+USED = Gauge(
+    "kvtier_tier_used_bytes",
+    "Bytes in a disk tier, by its evictor (the fullest pod's for NVMe).",
+    (*TIER_LABELS, "tier"),
+)
 VLLM_TIER_HIT_RATIO = Gauge(
     "kvtier_observed_vllm_tier_hit_ratio",
     "Chunk hit ratio of one tier of vLLM's tiering spec (vLLM 0.33+).",
@@ -253,6 +265,8 @@ def observe_tier(
         labels = (namespace, name, t["name"])
         if t.get("capacityBytes") is not None:
             _set(CAPACITY, labels, t["capacityBytes"])
+        if t.get("usedBytes") is not None:
+            _set(USED, labels, t["usedBytes"])
         if t.get("crossoverTokens") is not None:
             _set(CROSSOVER, labels, t["crossoverTokens"])
         if t.get("beneficial") is not None:
@@ -278,6 +292,16 @@ def observe_tier(
     )
     _set(INFO, info, 1)
     _observed(tier_labels, status)
+    _disk_pressure(tier_labels, status)
+
+
+def _disk_pressure(labels: tuple[str, str], status: Mapping[str, Any]) -> None:
+    pressure = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "DiskPressure"), None
+    )
+    disk = next((t for t in status.get("tiers") or [] if t["name"] in ("nvme", "cephfs")), None)
+    if pressure is not None and disk is not None and pressure.get("status") in ("True", "False"):
+        _set(DISK_PRESSURE, (*labels, disk["name"]), 1 if pressure["status"] == "True" else 0)
 
 
 def _observed(labels: tuple[str, str], status: Mapping[str, Any]) -> None:

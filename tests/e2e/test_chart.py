@@ -108,6 +108,7 @@ def test_full_values_dry_run(cluster: LocalCluster, openshift_like: None) -> Non
         "KVCacheTierNotReady",
         "KVCacheTierNotBeneficial",
         "KVCacheTierNotEffective",
+        "KVCacheTierDiskPressure",
         "KVCacheTierProbeP99High",
         "KVTierReconcileErrors",
         "KVTierOperatorDown",

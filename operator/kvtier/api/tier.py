@@ -78,6 +78,7 @@ class ConditionType(StrEnum):
     PROBED = "Probed"
     TIER_BENEFICIAL = "TierBeneficial"
     TIER_EFFECTIVE = "TierEffective"
+    DISK_PRESSURE = "DiskPressure"
     CONFLICT = "Conflict"
     SCHEDULER_SYNCED = "SchedulerSynced"
 
@@ -602,6 +603,12 @@ class TierStatus(KubeModel):
     name: DnsLabel = Field(description="Tier name, e.g. cpu, nvme, cephfs.")
     ready: bool | None = Field(default=None, description="Whether the tier is usable.")
     capacity_bytes: int | None = Field(default=None, ge=0, description="Capacity of the tier.")
+    used_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="Bytes in a disk tier's directory, by its evictor (the fullest pod's for "
+        "an NVMe tier, which has a volume per pod); needs KVCachePolicy spec.metrics.",
+    )
     claim_name: DnsSubdomain | None = Field(
         default=None, description="PersistentVolumeClaim backing a disk tier."
     )
@@ -768,7 +775,7 @@ class KVCacheTierStatus(KubeModel):
         default=None,
         max_length=32,
         description="Ready, Sized, TargetFound, PolicyCompliant, Provisioned, Applied, Probed, "
-        "TierBeneficial, TierEffective, Conflict, SchedulerSynced.",
+        "TierBeneficial, TierEffective, DiskPressure, Conflict, SchedulerSynced.",
         json_schema_extra=list_map("type"),
     )
 

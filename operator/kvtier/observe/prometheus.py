@@ -11,7 +11,7 @@ import json
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 import urllib3
 
 from kvtier.observe.queries import BadAnswer, Selection, counters_query, snapshot_from_vector
-from kvtier.observe.series import Snapshot
+from kvtier.observe.series import READ, Snapshot
 
 
 @dataclass(frozen=True)
@@ -119,9 +119,12 @@ class PrometheusClient:
             return QueryError("BadAnswer", f"{self.source.url}: no data in the answer")
         return data
 
-    def counters(self, sel: Selection, at: float) -> Snapshot | QueryError:
-        """Every counter kvtier reads of the selected pods, as they stood at `at`."""
-        data = self.query(counters_query(sel), at, sel.namespace)
+    def counters(
+        self, sel: Selection, at: float, names: Sequence[str] = READ
+    ) -> Snapshot | QueryError:
+        """Every series of `names` (vLLM's counters kvtier reads) of the selected pods, as
+        they stood at `at`."""
+        data = self.query(counters_query(sel, names), at, sel.namespace)
         if isinstance(data, QueryError):
             return data
         try:

@@ -18,6 +18,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from kvtier.api.observed import MetricsSpec, PrometheusCA
+from kvtier.observe import disk
+from kvtier.observe.disk import DiskObservation
 from kvtier.observe.prometheus import PrometheusClient, PrometheusSource, QueryError
 from kvtier.observe.queries import Selection
 from kvtier.observe.scrape import History, PodEndpoint, scrape
@@ -31,6 +33,9 @@ from kvtier.observe.status import (
     tier_facts,
 )
 from kvtier.observe.verdict import Thresholds
+from kvtier.render.evictor import METRICS_PORT as EVICTOR_METRICS_PORT
+from kvtier.render.evictor import cephfs_evictor_name
+from kvtier.render.labels import TierRef
 
 log = logging.getLogger("kvtier.observe")
 
@@ -115,6 +120,10 @@ def settings(metrics: Mapping[str, Any] | None) -> Settings | None:
     )
 
 
+def key_of(facts: TierFacts) -> TierKey:
+    return facts.namespace, facts.name
+
+
 def pod_endpoints(
     pods: list[dict[str, Any]], prefix: str, port: int, path: str
 ) -> list[PodEndpoint]:
@@ -141,6 +150,7 @@ class Observer:
         self.results: dict[TierKey, Observation] = {}
         self._due: dict[TierKey, float] = {}
         self._histories: dict[TierKey, History] = {}
+        self._disk_histories: dict[TierKey, History] = {}
         self._client: PrometheusClient | None = None
         self.settings: Settings | None = None
 
@@ -154,11 +164,12 @@ class Observer:
         self._client = PrometheusClient(new.prometheus) if new and new.prometheus else None
         self._due.clear()
         self._histories.clear()
+        self._disk_histories.clear()
         if new is None:
             self.results.clear()
 
     def forget(self, key: TierKey) -> None:
-        for store in (self.results, self._due, self._histories):
+        for store in (self.results, self._due, self._histories, self._disk_histories):
             store.pop(key, None)
 
     def _read(
@@ -205,11 +216,65 @@ class Observer:
             log.warning("observing %s/%s failed: %s", *key, exc)
             read = QueryError("ReadFailed", f"{type(exc).__name__}: {exc}"[:300])
         if isinstance(read, QueryError):
-            return failed(f"{st.source}: {read.reason}: {read.message}")
-        before, after = read
-        return evaluate(
-            facts, before, after, st.thresholds, st.source, datetime.fromtimestamp(now, UTC)
+            obs = failed(f"{st.source}: {read.reason}: {read.message}")
+        else:
+            before, after = read
+            at = datetime.fromtimestamp(now, UTC)
+            obs = evaluate(facts, before, after, st.thresholds, st.source, at)
+        return replace(obs, disk=self._observe_disk(st, facts, now, last))
+
+    def _read_disk(
+        self, st: Settings, facts: TierFacts, now: float
+    ) -> tuple[Snapshot | None, Snapshot] | QueryError:
+        """The disk tier's evictor gauges now and a window back: the model-server pods'
+        sidecars for NVMe, the claim's evictor Deployment for CephFS."""
+        if facts.disk_tier == "cephfs":
+            if not facts.disk_claim:
+                return QueryError("NoClaim", "the CephFS tier has no claim, so no evictor yet")
+            tier = TierRef(facts.namespace, facts.name)
+            prefix = f"{cephfs_evictor_name(tier, facts.disk_claim)}-"
+        else:
+            prefix = f"{facts.target}-"
+        if st.source == "Prometheus":
+            assert self._client is not None
+            sel = Selection(facts.namespace, prefix, st.namespace_label, st.pod_label)
+            after = self._client.counters(sel, now, disk.READ)
+            if isinstance(after, QueryError):
+                return after
+            before = self._client.counters(sel, now - st.window, disk.READ)
+            if isinstance(before, QueryError):
+                return before
+            return before, after
+        endpoints = pod_endpoints(
+            self._list_pods(facts.namespace), prefix, EVICTOR_METRICS_PORT, "/metrics"
         )
+        if not endpoints:
+            return QueryError("NoPods", f"no running evictor pod ({prefix}*) to scrape")
+        snap = scrape(endpoints, at=now, names=disk.READ)
+        if isinstance(snap, QueryError):
+            return snap
+        history = self._disk_histories.setdefault((facts.namespace, facts.name), History())
+        history.add(snap)
+        return history.baseline(now, st.window), snap
+
+    def _observe_disk(
+        self, st: Settings, facts: TierFacts, now: float, last: Observation | None
+    ) -> DiskObservation | None:
+        """DiskPressure of the tier's NVMe or CephFS tier; None without one."""
+        if facts.disk_tier is None:
+            return None
+        previous = facts.disk_previous
+        if last is not None and last.disk is not None and last.disk.tier == facts.disk_tier:
+            previous = last.disk.state  # with its pending confirmation count
+        try:
+            read = self._read_disk(st, facts, now)
+        except Exception as exc:  # as for vLLM's metrics: a condition, never a crash
+            log.warning("observing the disk tier of %s/%s failed: %s", *key_of(facts), exc)
+            read = QueryError("ReadFailed", f"{type(exc).__name__}: {exc}"[:300])
+        if isinstance(read, QueryError):
+            return disk.failed(facts.disk_tier, f"{st.source}: {read.reason}: {read.message}")
+        before, after = read
+        return disk.evaluate(facts.disk_tier, before, after, st.window, st.thresholds, previous)
 
     async def run(
         self,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import urllib3
 
 from kvtier.observe.prometheus import QueryError
-from kvtier.observe.series import Snapshot, merge, parse_exposition
+from kvtier.observe.series import READ, Snapshot, merge, parse_exposition
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,10 @@ class PodEndpoint:
 
 
 def scrape(
-    endpoints: Sequence[PodEndpoint], timeout_seconds: float = 5.0, at: float | None = None
+    endpoints: Sequence[PodEndpoint],
+    timeout_seconds: float = 5.0,
+    at: float | None = None,
+    names: Sequence[str] = READ,
 ) -> Snapshot | QueryError:
     """One snapshot over all pods; any pod that cannot be read fails the whole read, so
     a window never compares different sets of pods."""
@@ -40,7 +43,7 @@ def scrape(
             if resp.status != 200:
                 return QueryError("HTTPError", f"pod {ep.pod}: {ep.url} answered {resp.status}")
             try:
-                snaps.append(parse_exposition(resp.data.decode("utf-8"), ep.pod, when))
+                snaps.append(parse_exposition(resp.data.decode("utf-8"), ep.pod, when, names))
             except (ValueError, UnicodeDecodeError) as exc:
                 return QueryError("BadAnswer", f"pod {ep.pod}: not Prometheus text: {exc}"[:300])
     finally:

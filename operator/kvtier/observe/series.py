@@ -88,12 +88,13 @@ class Snapshot:
     values: Mapping[SeriesKey, float] = field(default_factory=dict)
 
 
-def parse_exposition(text: str, pod: str, at: float) -> Snapshot:
-    """A pod's /metrics text (Prometheus text format) as a Snapshot of the series kvtier reads.
+def parse_exposition(text: str, pod: str, at: float, names: Iterable[str] = READ) -> Snapshot:
+    """A pod's /metrics text (Prometheus text format) as a Snapshot of the series of `names`
+    (vLLM's that kvtier reads, by default).
 
     Series of several engines in one pod are summed (their `engine` label is dropped)."""
     values: dict[SeriesKey, float] = {}
-    wanted = set(READ)
+    wanted = set(names)
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name in wanted:

@@ -11,6 +11,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
+from kvtier.observe.disk import CONDITION as DISK_CONDITION
+from kvtier.observe.disk import DiskObservation
 from kvtier.observe.figures import Figures, figures
 from kvtier.observe.series import Snapshot, increases
 from kvtier.observe.verdict import (
@@ -27,6 +29,7 @@ from kvtier.observe.verdict import (
 
 CONDITION = "TierEffective"
 REASON_WINDOW_FILLING = "WindowFilling"
+DISK_TIERS = ("nvme", "cephfs")  # the tiers kvtier evict keeps (an object store needs none)
 
 Source = Literal["Prometheus", "DirectScrape"]
 
@@ -45,6 +48,9 @@ class TierFacts:
     baseline_ttft: float | None
     previous: EffectiveState | None
     previous_t_prefill: float | None = None  # the measured t_prefill last written
+    disk_tier: str | None = None  # the status.tiers[] name of an NVMe or CephFS tier
+    disk_claim: str | None = None  # a CephFS tier's claim (its evictor Deployment's name)
+    disk_previous: EffectiveState | None = None  # the DiskPressure condition in force
 
 
 def _workers(model: Mapping[str, Any], status: Mapping[str, Any]) -> int:
@@ -58,6 +64,14 @@ def _workers(model: Mapping[str, Any], status: Mapping[str, Any]) -> int:
 
 def _status(value: object) -> Status | None:
     return value if value in ("True", "False", "Unknown") else None
+
+
+def _condition_state(status: Mapping[str, Any], kind: str) -> EffectiveState | None:
+    for c in status.get("conditions") or []:
+        state = _status(c.get("status"))
+        if c.get("type") == kind and state is not None:
+            return EffectiveState(state, str(c.get("reason") or ""), str(c.get("message") or ""))
+    return None
 
 
 def tier_facts(tier: Mapping[str, Any]) -> TierFacts | None:
@@ -86,6 +100,9 @@ def tier_facts(tier: Mapping[str, Any]) -> TierFacts | None:
             )
     workload = spec.get("workload") or {}
     probe = spec.get("probe") or {}
+    disk: Mapping[str, Any] = next(
+        (t for t in status.get("tiers") or [] if t.get("name") in DISK_TIERS), {}
+    )
     return TierFacts(
         namespace=meta["namespace"],
         name=meta.get("name", ""),
@@ -97,6 +114,9 @@ def tier_facts(tier: Mapping[str, Any]) -> TierFacts | None:
         baseline_ttft=probe.get("baselineTTFTSeconds"),
         previous=previous,
         previous_t_prefill=(status.get("observed") or {}).get("measuredTPrefillSeconds"),
+        disk_tier=disk.get("name"),
+        disk_claim=disk.get("claimName"),
+        disk_previous=_condition_state(status, DISK_CONDITION),
     )
 
 
@@ -115,6 +135,7 @@ class Observation:
     state: EffectiveState
     observed: dict[str, Any] | None  # status.observed; None keeps the figures last written
     t_prefill: TPrefill | None = None
+    disk: DiskObservation | None = None  # DiskPressure, for a tier with a disk tier
 
 
 def _round(value: float | None) -> float | None:

@@ -16,7 +16,7 @@ from kvtier.api.common import timestamp
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
 MAX_MESSAGE = 32768
 # Conditions whose True means trouble.
-NEGATIVE_POLARITY = frozenset({"Conflict"})
+NEGATIVE_POLARITY = frozenset({"Conflict", "DiskPressure"})
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from kvtier.api.common import quantity_bytes
 from kvtier.api.policy import KVCachePolicySpec, NonBeneficialAction
 from kvtier.api.tier import ConditionType, DiskType, KVCacheTierSpec, Mode, ValueSource
 from kvtier.names import FINALIZER
-from kvtier.observe.status import Observation
+from kvtier.observe.status import DISK_TIERS, Observation
 from kvtier.policy.capacity import capacity_verdict
 from kvtier.policy.conditions import FALSE, TRUE, UNKNOWN, Verdict, flipped, merge_conditions
 from kvtier.policy.gate import ObservedEvidence, gate_tier, plan_share
@@ -643,6 +643,10 @@ def decide(facts: Facts) -> Decision:
     if effective is not None:
         verdicts.append(effective[0])
         status["observed"] = effective[1]
+    disk_tier = DISK_TIER_NAMES.get(decision.sizing.disk or "") if decision.sizing else None
+    pressure = _disk_pressure(facts, policy, disk_tier)
+    if pressure is not None:
+        verdicts.append(pressure[0])
     status["conditions"] = merge_conditions(previous, verdicts, generation, facts.now)
     decision.events = [
         Event("Normal" if v.ok else "Warning", v.reason, v.message)
@@ -660,6 +664,8 @@ def decide(facts: Facts) -> Decision:
         if decision.sizing
         else None
     )
+    if pressure is not None and status["tiers"]:
+        _set_used_bytes(status["tiers"], prev_tiers, str(disk_tier), pressure[1])
     return decision
 
 
@@ -1112,6 +1118,43 @@ def _observed_evidence(spec: KVCacheTierSpec, facts: Facts) -> ObservedEvidence 
     return ObservedEvidence(
         state.status, state.reason, state.message, _measured_prefill(spec, facts)
     )
+
+
+def _disk_pressure(
+    facts: Facts, policy: KVCachePolicySpec | None, disk_tier: str | None
+) -> tuple[Verdict, int | None] | None:
+    """DiskPressure and the used bytes of an NVMe or CephFS tier, from its evictor's gauges
+    (kvtier.observe.disk); until the first reading, what the status already says."""
+    if policy is None or policy.metrics is None or disk_tier not in DISK_TIERS:
+        return None
+    kind = ConditionType.DISK_PRESSURE.value
+    obs = facts.observation
+    disk = obs.disk if obs is not None else None
+    if disk is None or disk.tier != disk_tier:
+        status = facts.tier.get("status") or {}
+        cond = next((c for c in status.get("conditions") or [] if c.get("type") == kind), None)
+        if cond is None:
+            return Verdict(
+                kind,
+                UNKNOWN,
+                "AwaitingMetrics",
+                "the first reading of the evictor's metrics is pending",
+            ), None
+        return Verdict(kind, cond["status"], cond["reason"], cond["message"]), None
+    state = disk.state
+    return Verdict(kind, state.status, state.reason, state.message), disk.used_bytes
+
+
+def _set_used_bytes(
+    tiers: list[dict[str, Any]], previous: Sequence[Any], name: str, used: int | None
+) -> None:
+    """usedBytes of the disk tier: the latest reading, else the one last written."""
+    if used is None:
+        old = next((t for t in previous if isinstance(t, Mapping) and t.get("name") == name), {})
+        used = old.get("usedBytes")
+    for entry in tiers:
+        if entry["name"] == name and used is not None:
+            entry["usedBytes"] = used
 
 
 def _tier_effective(facts: Facts, policy: KVCachePolicySpec | None) -> tuple[Verdict, Any] | None:
