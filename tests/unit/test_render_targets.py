@@ -300,16 +300,20 @@ def test_isvc_without_model_is_unsupported() -> None:
     assert err.value.reason == "UnsupportedTarget"
 
 
+@pytest.mark.parametrize("secret", [None, "s3-keys"])
 @pytest.mark.parametrize("dtype", [None, "fp8"])
 @pytest.mark.parametrize("clear_stale", [False, True])
 @pytest.mark.parametrize("seed", [None, "123"])
 @pytest.mark.parametrize("load", [_isvc, _v1alpha1, _v1alpha2])
 def test_unapply_gives_back_exactly_the_users_target(
-    load: Any, seed: str | None, clear_stale: bool, dtype: str | None
+    load: Any, seed: str | None, clear_stale: bool, dtype: str | None, secret: str | None
 ) -> None:
     original = load()
     offload = _offload(
-        python_hash_seed=seed, clear_stale_shm_file=clear_stale, kv_cache_dtype=dtype
+        python_hash_seed=seed,
+        clear_stale_shm_file=clear_stale,
+        kv_cache_dtype=dtype,
+        object_store_secret=secret,
     )
     applied = _applied_to(original, _writes(original, offload))
     assert applied != original

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -173,9 +174,85 @@ def test_missing_pool_and_object_store_are_errors() -> None:
         object_store_bucket="kv",
         object_store_endpoint="https://s3.example.com",
     )
-    with pytest.raises(RenderError) as err:
+    with pytest.raises(RenderError) as err:  # this tier names no credentials Secret
         render_writes(ref, tier.spec, no_policy, s3, target, NODES, 1)
-    assert err.value.reason == "DiskTypeNotSupported"
+    assert err.value.reason == "ObjectStoreCredentialsRequired"  # vLLM 0.24 needs the keys
+
+
+def _object_store(version: str, kind: str, secret: str | None) -> RenderResult:
+    tier = KVCacheTier.model_validate(
+        {
+            "metadata": {"name": "s3", "namespace": "llm"},
+            "spec": {
+                "targetRef": {"kind": kind, "name": "t"},
+                "workload": {"averageContextTokens": 50_000, "concurrentSessions": 32},
+                "disk": {
+                    "type": "ObjectStore",
+                    "objectStore": {
+                        "acknowledgeTailLatency": True,
+                        "bucket": "kv-cache",
+                        "endpoint": "https://s3.example.com",
+                        **({"credentialsSecretRef": {"name": secret}} if secret else {}),
+                    },
+                },
+            },
+        }
+    )
+    sizing = _sizing(
+        "llama-3.1-70b",
+        4,
+        50_000,
+        32,
+        1,
+        cpu_bytes=256 * GiB,
+        disk_type="ObjectStore",
+        available_disk_types=frozenset({"ObjectStore"}),
+        object_store_bucket="kv-cache",
+        object_store_endpoint="https://s3.example.com",
+        vllm_version=version,
+    )
+    target = _yaml(
+        "targets/llama70b-isvc.yaml"
+        if kind == "InferenceService"
+        else "targets/nemotron-llmisvc.yaml"
+    )
+    settings = effective_settings(tier.spec, None)
+    return render_writes(
+        TierRef("llm", "s3", "uid-9"), tier.spec, settings, sizing, target, NODES, 1
+    )
+
+
+def test_an_object_store_tier_gets_its_keys_by_reference() -> None:
+    """No storage to provision; vLLM 0.24's config names the keys as $(VAR), which Kubernetes
+    expands from env taken from the user's Secret by reference (kvtier never reads it)."""
+    result = _object_store("0.24.0", "InferenceService", "s3-keys")
+    assert [w.kind for w in result.writes] == ["InferenceService", "InferenceService"]
+    lists, apply = result.writes
+    ops = lists.body["jsonPatch"]
+    args = next(op for op in ops if op["path"].endswith("/args") and op["op"] != "test")["value"]
+    store = json.loads(args[-1])["kv_connector_extra_config"]["secondary_tiers"][0]
+    assert store["store_config"]["access_key"] == "$(AWS_ACCESS_KEY_ID)"
+    env = {e["name"]: e for e in apply.body["spec"]["predictor"]["model"]["env"]}
+    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"] == {
+        "secretKeyRef": {"name": "s3-keys", "key": "AWS_SECRET_ACCESS_KEY"}
+    }
+    assert any("never reads it" in note for note in result.notes)
+
+
+def test_an_llmisvc_object_store_tier_takes_the_flag_form_keys_first() -> None:
+    """KServe's native field has no obj tier: the flag goes in VLLM_ADDITIONAL_ARGS, after the
+    keys it names (Kubernetes expands $(VAR) only from earlier variables)."""
+    (write,) = _object_store("0.24.0", "LLMInferenceService", "s3-keys").writes
+    assert write.api_version == "serving.kserve.io/v1alpha1"
+    names = [e["name"] for e in write.body["spec"]["template"]["containers"][0]["env"]]
+    assert names[:3] == ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "VLLM_ADDITIONAL_ARGS"]
+
+
+def test_newer_releases_take_an_object_store_without_a_secret() -> None:
+    """vLLM 0.33's AWS SDK falls back to its default chain (e.g. a workload identity)."""
+    (write,) = _object_store("0.33.0", "LLMInferenceService", None).writes
+    env = write.body["spec"]["template"]["containers"][0]["env"]
+    assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} & {e["name"] for e in env}
 
 
 def test_more_replicas_than_nodes_is_noted() -> None:

@@ -60,11 +60,12 @@ from kvtier.render.scheduler import (
     restored_plugins,
     scheduler_sync,
 )
-from kvtier.sizing.vllm import kv_transfer_config_arg
+from kvtier.sizing.vllm import ACCESS_KEY_ENV, SECRET_KEY_ENV, kv_transfer_config_arg
 
 APPLIED_ANNOTATION = "kvcache.io/applied"
 KV_FLAG = "--kv-transfer-config"
 DTYPE_FLAG = "--kv-cache-dtype"
+OBJECT_STORE_ENV = (ACCESS_KEY_ENV, SECRET_KEY_ENV)
 _KV_FLAGS = (KV_FLAG, "--kv_transfer_config")  # vLLM accepts both spellings
 ADDITIONAL_ARGS_ENV = "VLLM_ADDITIONAL_ARGS"
 HASH_SEED_ENV = "PYTHONHASHSEED"
@@ -114,6 +115,9 @@ class Offload:
     evictor: EvictorSettings | None = None
     # The --kv-cache-dtype the tier is sized for, passed where the target passes none.
     kv_cache_dtype: str | None = None
+    # An obj tier's credentials: the Secret (the user's, in the target's namespace) whose
+    # AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY the vLLM container gets by reference.
+    object_store_secret: str | None = None
 
     @property
     def dtype_args(self) -> list[str]:
@@ -460,9 +464,23 @@ def _pod_parts(
     # Replicas sharing one fs tier must hash prefixes alike. A user's own seed is kept; one
     # the record marks as kvtier's is kvtier's to update or drop.
     seed = offload.python_hash_seed if role is None or role.role == DECODE else None
+    env: list[dict[str, Any]] = []
+    # The obj tier's keys by reference (kvtier never reads the Secret); first, so that the
+    # $(AWS_...) a release's config names expand in env values after them. A user's own
+    # variable of that name is kept.
+    secret = offload.object_store_secret
+    own_keys = applied.get("objectStoreEnv")
+    if secret and all(_env(container, n) is None or own_keys for n in OBJECT_STORE_ENV):
+        env += [
+            {"name": n, "valueFrom": {"secretKeyRef": {"name": secret, "key": n}}}
+            for n in OBJECT_STORE_ENV
+        ]
+        parts.record["objectStoreEnv"] = True
     if seed is not None and (_env(container, HASH_SEED_ENV) is None or applied.get("hashSeed")):
-        parts.container["env"] = [{"name": HASH_SEED_ENV, "value": seed}]
+        env.append({"name": HASH_SEED_ENV, "value": seed})
         parts.record["hashSeed"] = True
+    if env:
+        parts.container["env"] = env
 
     # A container restart (OOMKill) keeps the memory emptyDir and the file a killed vLLM left
     # there; postStart runs on every start, long before vLLM maps its tier. A user's own hook
@@ -794,10 +812,18 @@ def llmisvc_v1alpha1_patch(
             str(env.get("value", "")) if env else "", own, own_kv_cache_dtype(target)
         )
         value = f"{user_text} {_own_suffix(role.arg, offload.kv_cache_dtype)}".lstrip()
+        own_env = parts.container.get("env", [])
+        keys = [e for e in own_env if e["name"] in OBJECT_STORE_ENV]
         main = {
             "name": MAIN_CONTAINER,
             **parts.container,
-            "env": [{"name": ADDITIONAL_ARGS_ENV, "value": value}, *parts.container.get("env", [])],
+            # Keys before the flags that name them: Kubernetes expands $(VAR) in a value only
+            # from variables listed earlier (server-side apply keeps this order).
+            "env": [
+                *keys,
+                {"name": ADDITIONAL_ARGS_ENV, "value": value},
+                *(e for e in own_env if e["name"] not in OBJECT_STORE_ENV),
+            ],
         }
         _put_template(spec, template, _template_body(main, parts))
         # An env kvtier created holds only its flag: still no user value on a re-render.
@@ -892,8 +918,8 @@ def llmisvc_form(target: Mapping[str, Any], offload: Offload | None = None) -> t
     version = target_version(target)
     if version == LLMISVC_V1ALPHA1 or LLMISVC_V1ALPHA1[0] in foreign_versions(target):
         return LLMISVC_V1ALPHA1
-    if offload is not None and offload.kv_cache_dtype:
-        return LLMISVC_V1ALPHA1
+    if offload is not None and (offload.kv_cache_dtype or offload.disk_label == "ObjectStore"):
+        return LLMISVC_V1ALPHA1  # KServe's native field has no obj tier either
     return version
 
 
@@ -1019,6 +1045,8 @@ def _pod_unapply_ops(
     ops = list(ops)
     ops += _item_ops(target, [*path, "volumeMounts"], "name", _OWN_VOLUMES)
     own_env = {HASH_SEED_ENV} if applied.get("hashSeed") else set()
+    if applied.get("objectStoreEnv"):
+        own_env |= set(OBJECT_STORE_ENV)
     if "additionalArgs" in applied and not isvc:
         env = container.get("env") or []
         base = _get(applied, "additionalArgs", "base")

@@ -71,6 +71,7 @@ def render_writes(
     disk_spec = spec.disk
     disk: SharedClaim | PerPodClaim | None = None
     seed = None
+    object_store_secret: str | None = None
     block_bytes = sizing.sizing.block_bytes
     nvme_evictor: EvictorSettings | None = None
     if sizing.disk == "NVMe":
@@ -123,6 +124,25 @@ def render_writes(
             writes.append(cephfs_evictor_write(tier, claim.name, evictor))
         if replicas > 1 and sizing.shared_hash_seed:
             seed = python_hash_seed(tier.namespace, tier.name)
+    elif sizing.disk == "ObjectStore":
+        # A bucket: nothing to provision. The keys reach vLLM by reference only.
+        store = disk_spec.object_store if disk_spec else None
+        ref = store.credentials_secret_ref if store else None
+        object_store_secret = ref.name if ref else None
+        if object_store_secret is None and sizing.release.object_store_keys_in_config:
+            raise RenderError(
+                "ObjectStoreCredentialsRequired",
+                f"spec.disk.objectStore.credentialsSecretRef: vLLM {sizing.release.series}'s "
+                "obj tier requires access keys; name the Secret that holds AWS_ACCESS_KEY_ID "
+                "and AWS_SECRET_ACCESS_KEY",
+            )
+        notes.append(
+            f"obj tier: keys from Secret {object_store_secret} by reference (env valueFrom); "
+            "kvtier never reads it"
+            if object_store_secret
+            else "obj tier: no credentials Secret; vLLM's AWS SDK uses its default chain "
+            "(e.g. a workload identity)"
+        )
     elif sizing.disk is not None:
         raise RenderError(
             "DiskTypeNotSupported", f"Apply mode cannot provision a {sizing.disk} tier yet"
@@ -146,6 +166,7 @@ def render_writes(
         python_hash_seed=seed,
         clear_stale_shm_file=sizing.clear_stale_shm_file,
         kv_cache_dtype=kv_cache_dtype_flag,
+        object_store_secret=object_store_secret,
         roles=tuple(roles),
         evictor=nvme_evictor,
     )
