@@ -1,0 +1,224 @@
+"""DiskPressure end to end, in the observed-health harness: a real Prometheus (built from its
+Go module, hack/prometheus/build) scrapes small servers in the test that stand in for the
+evictor sidecars of an NVMe tier's model-server pods (kwok pods do not run), serving the
+exposition kvtier evict's own metrics code renders for a scripted fill level; the operator on
+the local control plane reads it through the client it uses on a cluster, and the tier's
+DiskPressure, status.tiers[].usedBytes and kvtier_tier_disk_pressure follow the script."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
+
+from localcluster import free_port
+from tests import evictor_exposition as ex
+from tests.e2e.conftest import create_target, llm_inference_service
+from tests.e2e.kube_helpers import (
+    apply_policy,
+    condition,
+    create_tier,
+    eventually,
+    get_tier,
+    new_namespace,
+)
+from tests.e2e.operator_process import OperatorProcess
+from tests.e2e.test_observed_health import prometheus_binary
+
+TARGET = "llama-70b"
+LEADER = f"{TARGET}-kserve-0"  # the fuller pod, whose evictor speaks for the tier
+OTHER = f"{TARGET}-kserve-1"  # a second replica's evictor, less full
+WINDOW = 15  # seconds: the observation window
+INTERVAL = 5  # seconds between evaluations of a tier
+SCRAPE = 1  # Prometheus scrape interval
+# Above the watermark for a full window, plus two agreeing evaluations, plus the scrape and
+# the status write: within two windows (the wait allows one interval more on a busy machine).
+WITHIN = 2 * WINDOW + INTERVAL
+POLICY: dict[str, Any] = {
+    "nvmePools": [
+        {
+            "name": "local-nvme",
+            "mountPath": "/var/mnt/nvme",
+            "nodeSelector": {"kvcache.io/local-nvme": "true"},
+            "capacityPerNode": "3Ti",
+        }
+    ],
+}
+
+
+class EvictorServer:
+    """Serves one evictor's /metrics after a pass at the current scripted usage."""
+
+    def __init__(self, usage: float) -> None:
+        self.usage = usage
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = ex.exposition(outer.usage)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.http.server_address[1]
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+@pytest.fixture(scope="module")
+def evictors() -> Iterator[dict[str, EvictorServer]]:
+    servers = {LEADER: EvictorServer(0.60), OTHER: EvictorServer(0.40)}
+    yield servers
+    for server in servers.values():
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def ns(admin_api: client.ApiClient, operator: OperatorProcess) -> str:
+    return new_namespace(admin_api, "diskpressure")
+
+
+@pytest.fixture(scope="module")
+def prometheus(
+    evictors: dict[str, EvictorServer], ns: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    workdir = tmp_path_factory.mktemp("prometheus")
+    port = free_port()
+    targets = "".join(
+        f'      - targets: ["127.0.0.1:{server.port}"]\n'
+        f"        labels: {{namespace: {ns}, pod: {pod}}}\n"
+        for pod, server in evictors.items()
+    )
+    (workdir / "prometheus.yml").write_text(
+        f"global: {{scrape_interval: {SCRAPE}s, scrape_timeout: {SCRAPE}s}}\n"
+        "scrape_configs:\n"
+        "  - job_name: kvtier-evictor\n"
+        "    static_configs:\n" + targets
+    )
+    log = (workdir / "prometheus.log").open("w")
+    proc = subprocess.Popen(
+        [
+            str(prometheus_binary()),
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as resp:
+                return bool(resp.status == 200)
+        except OSError:
+            return False
+
+    try:
+        eventually(ready, 30, "Prometheus ready")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def samples(text: str, labels: dict[str, str]) -> dict[str, float]:
+    """The operator's samples with exactly these labels, by name."""
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels == labels
+    }
+
+
+# (usage of the fuller pod, DiskPressure status, reason)
+SCRIPT = [
+    (0.60, "False", "BelowHighWatermark"),
+    (0.92, "True", "AboveHighWatermark"),
+    (0.70, "False", "BelowHighWatermark"),
+]
+
+
+def test_disk_pressure_follows_the_evictors_fill_level(
+    admin_api: client.ApiClient,
+    operator: OperatorProcess,
+    evictors: dict[str, EvictorServer],
+    prometheus: str,
+    ns: str,
+) -> None:
+    apply_policy(
+        admin_api,
+        {
+            **POLICY,
+            "metrics": {
+                "prometheus": {"url": prometheus, "serviceAccountToken": False},
+                "windowSeconds": WINDOW,
+                "intervalSeconds": INTERVAL,
+            },
+        },
+    )
+    create_target(
+        admin_api,
+        ns,
+        llm_inference_service(TARGET, tp=4, model_uri="hf://meta-llama/Llama-3.1-70B-Instruct"),
+    )
+    create_tier(
+        admin_api,
+        ns,
+        "llama",
+        {
+            "mode": "Plan",
+            "targetRef": {"kind": "LLMInferenceService", "name": TARGET},
+            "workload": {"averageContextTokens": 50000, "concurrentSessions": 8},
+            "disk": {"type": "NVMe", "nvme": {"pool": "local-nvme"}},
+        },
+    )
+    try:
+        for step, (usage, status, reason) in enumerate(SCRIPT):
+            evictors[LEADER].usage = usage
+            switched = time.monotonic()
+
+            def follows(status: str = status, reason: str = reason) -> dict[str, Any] | None:
+                tier = get_tier(admin_api, ns, "llama")
+                c = condition(tier, "DiskPressure")
+                return tier if c and (c["status"], c["reason"]) == (status, reason) else None
+
+            # The first step also waits for sizing and Prometheus' first window.
+            timeout = WITHIN + (3 * WINDOW if step == 0 else 0)
+            tier = eventually(follows, timeout, f"DiskPressure {status} {reason} at {usage:.0%}")
+            took = time.monotonic() - switched
+            print(f"{usage:.0%}: DiskPressure={status} {reason} after {took:.1f} s")
+            c = condition(tier, "DiskPressure")
+            assert c is not None and f"pod {LEADER}" in c["message"]
+            ready = condition(tier, "Ready")
+            assert ready is not None and ready["status"] == "True"  # never blocked by it
+            nvme = next(t for t in tier["status"]["tiers"] if t["name"] == "nvme")
+            assert nvme["usedBytes"] == int(usage * ex.CAPACITY)
+            labels = {"namespace": ns, "name": "llama", "tier": "nvme"}
+            gauges = samples(operator.metrics(), labels)
+            assert gauges["kvtier_tier_disk_pressure"] == (1 if status == "True" else 0)
+            assert gauges["kvtier_tier_used_bytes"] == int(usage * ex.CAPACITY)
+    finally:
+        apply_policy(admin_api, {})
