@@ -143,8 +143,10 @@ class Observer:
         list_pods: ListPods,
         wake: Callable[[TierKey], None],
         clock: Callable[[], float] = time.time,
+        evictor_port: int = EVICTOR_METRICS_PORT,
     ) -> None:
         self._list_pods = list_pods
+        self._evictor_port = evictor_port  # of kvtier evict's /metrics, for direct scrapes
         self._wake = wake
         self._clock = clock
         self.results: dict[TierKey, Observation] = {}
@@ -246,7 +248,7 @@ class Observer:
                 return before
             return before, after
         endpoints = pod_endpoints(
-            self._list_pods(facts.namespace), prefix, EVICTOR_METRICS_PORT, "/metrics"
+            self._list_pods(facts.namespace), prefix, self._evictor_port, "/metrics"
         )
         if not endpoints:
             return QueryError("NoPods", f"no running evictor pod ({prefix}*) to scrape")
