@@ -233,10 +233,12 @@ def test_network_policy_admits_only_scrapes_and_reaches_only_api_and_dns(
         (53, "TCP"),
         (5353, "UDP"),
         (5353, "TCP"),
-        # vLLM's metrics: the Thanos Querier (9091, tenancy 9092) or the model servers (8000).
+        # vLLM's metrics: the Thanos Querier (9091, tenancy 9092) or the model servers (8000);
+        # by direct scrape, the disk tiers' evictors too (9466).
         (9091, "TCP"),
         (9092, "TCP"),
         (8000, "TCP"),
+        (9466, "TCP"),
     }
     assert all("to" not in rule for rule in policy["spec"]["egress"])
     ns = f"netpol-{uuid.uuid4().hex[:6]}"
