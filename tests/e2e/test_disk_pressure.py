@@ -3,7 +3,9 @@ Go module, hack/prometheus/build) scrapes small servers in the test that stand i
 evictor sidecars of an NVMe tier's model-server pods (kwok pods do not run), serving the
 exposition kvtier evict's own metrics code renders for a scripted fill level; the operator on
 the local control plane reads it through the client it uses on a cluster, and the tier's
-DiskPressure, status.tiers[].usedBytes and kvtier_tier_disk_pressure follow the script."""
+DiskPressure, status.tiers[].usedBytes and kvtier_tier_disk_pressure follow the script. The
+same Prometheus scrapes the operator and evaluates the chart's own alert rules, so the
+KVCacheTierDiskPressure alert is seen pending while the tier is under pressure."""
 
 from __future__ import annotations
 
@@ -17,10 +19,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from localcluster import free_port
+from kvtier.observe.prometheus import PrometheusClient, PrometheusSource, QueryError
+from localcluster import LocalCluster, free_port
 from tests import evictor_exposition as ex
 from tests.e2e.conftest import create_target, llm_inference_service
 from tests.e2e.kube_helpers import (
@@ -32,7 +36,7 @@ from tests.e2e.kube_helpers import (
     new_namespace,
 )
 from tests.e2e.operator_process import OperatorProcess
-from tests.e2e.test_observed_health import prometheus_binary
+from tests.e2e.test_observed_health import REPO, prometheus_binary
 
 TARGET = "llama-70b"
 LEADER = f"{TARGET}-kserve-0"  # the fuller pod, whose evictor speaks for the tier
@@ -96,11 +100,36 @@ def ns(admin_api: client.ApiClient, operator: OperatorProcess) -> str:
     return new_namespace(admin_api, "diskpressure")
 
 
+def chart_rules(cluster: LocalCluster) -> str:
+    """The groups of the chart's PrometheusRule: a Prometheus rule file as they stand."""
+    rendered = subprocess.run(
+        [
+            cluster.binary("helm"),
+            "template",
+            "kvtier-operator",
+            str(REPO / "charts" / "kvtier-operator"),
+            "--set",
+            "prometheusRule.enabled=true",
+            "--show-only",
+            "templates/prometheusrule.yaml",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return yaml.safe_dump({"groups": yaml.safe_load(rendered)["spec"]["groups"]})
+
+
 @pytest.fixture(scope="module")
 def prometheus(
-    evictors: dict[str, EvictorServer], ns: str, tmp_path_factory: pytest.TempPathFactory
+    evictors: dict[str, EvictorServer],
+    ns: str,
+    cluster: LocalCluster,
+    operator: OperatorProcess,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[str]:
     workdir = tmp_path_factory.mktemp("prometheus")
+    (workdir / "rules.yml").write_text(chart_rules(cluster))
     port = free_port()
     targets = "".join(
         f'      - targets: ["127.0.0.1:{server.port}"]\n'
@@ -108,8 +137,13 @@ def prometheus(
         for pod, server in evictors.items()
     )
     (workdir / "prometheus.yml").write_text(
-        f"global: {{scrape_interval: {SCRAPE}s, scrape_timeout: {SCRAPE}s}}\n"
+        f"global: {{scrape_interval: {SCRAPE}s, scrape_timeout: {SCRAPE}s, "
+        f"evaluation_interval: {SCRAPE}s}}\n"
+        f"rule_files: [{workdir / 'rules.yml'}]\n"
         "scrape_configs:\n"
+        "  - job_name: kvtier-operator\n"
+        "    static_configs:\n"
+        f'      - targets: ["127.0.0.1:{operator.metrics_port}"]\n'
         "  - job_name: kvtier-evictor\n"
         "    static_configs:\n" + targets
     )
@@ -151,6 +185,14 @@ def samples(text: str, labels: dict[str, str]) -> dict[str, float]:
         for sample in family.samples
         if sample.labels == labels
     }
+
+
+def alert_states(prom: PrometheusClient, ns: str) -> set[str]:
+    """The states of the KVCacheTierDiskPressure alerts on the tier's NVMe tier."""
+    query = f'ALERTS{{alertname="KVCacheTierDiskPressure",namespace="{ns}",tier="nvme"}}'
+    data = prom.query(query)
+    assert not isinstance(data, QueryError), data
+    return {r["metric"]["alertstate"] for r in data["result"]}
 
 
 # (usage of the fuller pod, DiskPressure status, reason)
@@ -195,6 +237,7 @@ def test_disk_pressure_follows_the_evictors_fill_level(
             "disk": {"type": "NVMe", "nvme": {"pool": "local-nvme"}},
         },
     )
+    prom = PrometheusClient(PrometheusSource(prometheus))
     try:
         for step, (usage, status, reason) in enumerate(SCRIPT):
             evictors[LEADER].usage = usage
@@ -220,5 +263,12 @@ def test_disk_pressure_follows_the_evictors_fill_level(
             gauges = samples(operator.metrics(), labels)
             assert gauges["kvtier_tier_disk_pressure"] == (1 if status == "True" else 0)
             assert gauges["kvtier_tier_used_bytes"] == int(usage * ex.CAPACITY)
+            # The chart's alert: pending (its `for` is 15 minutes) exactly while True.
+            want = {"pending"} if status == "True" else set()
+
+            def alerts_are(want: set[str] = want) -> bool:
+                return alert_states(prom, ns) == want
+
+            eventually(alerts_are, WITHIN, f"KVCacheTierDiskPressure alerts {want or 'gone'}")
     finally:
         apply_policy(admin_api, {})
