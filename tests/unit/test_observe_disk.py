@@ -49,7 +49,7 @@ def test_a_tier_above_its_high_watermark_at_both_ends_of_the_window_is_under_pre
     assert (obs.state.status, obs.state.reason) == ("True", disk.REASON_ABOVE)
     assert obs.used_bytes == int(0.92 * ex.CAPACITY) and obs.capacity_bytes == ex.CAPACITY
     assert "pod p0" in obs.state.message and "92%" in obs.state.message
-    assert "high watermark 85%" in obs.state.message
+    assert "92.0 GiB of 100.0 GiB used (92%, high watermark 85%)" in obs.state.message
 
 
 def test_a_tier_that_crossed_the_watermark_within_the_window_is_not_yet() -> None:

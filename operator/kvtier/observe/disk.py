@@ -84,10 +84,14 @@ def _fullest(found: dict[str, DiskReading]) -> DiskReading:
     return max(found.values(), key=lambda r: (r.usage, r.used_bytes, r.pod))
 
 
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
 def _figures(r: DiskReading) -> str:
-    capacity = "" if r.capacity_bytes is None else f" of {r.capacity_bytes:.0f}"
+    capacity = "" if r.capacity_bytes is None else f" of {_gib(r.capacity_bytes)}"
     return (
-        f"pod {r.pod}: {r.used_bytes:.0f}{capacity} bytes used "
+        f"pod {r.pod}: {_gib(r.used_bytes)}{capacity} used "
         f"({r.usage:.0%}, high watermark {r.high:.0%})"
     )
 
