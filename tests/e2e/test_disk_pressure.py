@@ -36,7 +36,7 @@ from tests.e2e.kube_helpers import (
     new_namespace,
 )
 from tests.e2e.operator_process import OperatorProcess
-from tests.e2e.test_observed_health import REPO, prometheus_binary
+from tests.e2e.test_observed_health import REPO, prometheus_binary, wide_column
 
 TARGET = "llama-70b"
 LEADER = f"{TARGET}-kserve-0"  # the fuller pod, whose evictor speaks for the tier
@@ -205,6 +205,7 @@ SCRIPT = [
 
 def test_disk_pressure_follows_the_evictors_fill_level(
     admin_api: client.ApiClient,
+    cluster: LocalCluster,
     operator: OperatorProcess,
     evictors: dict[str, EvictorServer],
     prometheus: str,
@@ -257,6 +258,8 @@ def test_disk_pressure_follows_the_evictors_fill_level(
             assert c is not None and f"pod {LEADER}" in c["message"]
             ready = condition(tier, "Ready")
             assert ready is not None and ready["status"] == "True"  # never blocked by it
+            wide = cluster.kubectl("get", "kvt", "llama", "-n", ns, "-o", "wide")
+            assert wide_column(wide, "DISK PRESSURE") == status
             nvme = next(t for t in tier["status"]["tiers"] if t["name"] == "nvme")
             assert nvme["usedBytes"] == int(usage * ex.CAPACITY)
             labels = {"namespace": ns, "name": "llama", "tier": "nvme"}

@@ -251,6 +251,12 @@ KVCACHETIER = CRDDefinition(
             description="Mean seconds to load one offload block.",
             priority=1,
         ),
+        PrinterColumn(
+            "Disk Pressure",
+            '.status.conditions[?(@.type=="DiskPressure")].status',
+            description="Whether the disk tier stays above its high watermark.",
+            priority=1,
+        ),
         _AGE,
     ),
 )
