@@ -258,7 +258,7 @@ def pod_from_target(target: Mapping[str, Any], name: str) -> dict[str, Any]:
         offload = spec.get("kvCacheOffloading") or {}
         for i, tier in enumerate(offload.get("secondary") or []):
             pvc = tier["fileSystem"]["pvc"]
-            volume: dict[str, Any] = {"name": f"kv-cache-{i}"}
+            volume: dict[str, Any] = {"name": f"kv-cache-secondary-{i}"}  # KServe's name
             if "spec" in pvc:
                 volume["ephemeral"] = {"volumeClaimTemplate": {"spec": pvc["spec"]}}
             else:

@@ -17,6 +17,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kvtier.names import FIELD_MANAGER
+from kvtier.render.evictor import CONTAINER as EVICTOR_CONTAINER
 from kvtier.render.naming import DSHM_VOLUME
 from tests.e2e.conftest import create_target, inference_service, llm_inference_service
 from tests.e2e.kube_helpers import (
@@ -206,13 +207,23 @@ def _play_cephfs_provisioner(api: client.ApiClient, ns: str, tier: str) -> None:
     )
 
 
+def _without_own_containers(fields: Any) -> Any:
+    """managedFields without kvtier's own evictor container: its restricted securityContext
+    is kvtier's to set (the user's containers are what must stay untouched)."""
+    if isinstance(fields, dict):
+        own = f'k:{{"name":"{EVICTOR_CONTAINER}"}}'
+        return {k: _without_own_containers(v) for k, v in fields.items() if k != own}
+    return fields
+
+
 def _kvtier_fields(target: dict[str, Any]) -> str:
-    """Everything kvtier's field manager owns on the target, as managedFields text."""
+    """What kvtier's field manager owns on the target, as managedFields text, outside the
+    containers that are kvtier's own."""
     entries = [
         e for e in target["metadata"].get("managedFields") or [] if e["manager"] == FIELD_MANAGER
     ]
     assert entries, f"{FIELD_MANAGER} owns nothing on the target"
-    return json.dumps([e.get("fieldsV1") for e in entries])
+    return json.dumps([_without_own_containers(e.get("fieldsV1")) for e in entries])
 
 
 @pytest.fixture
