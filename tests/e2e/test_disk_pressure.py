@@ -9,11 +9,9 @@ KVCacheTierDiskPressure alert is seen pending while the tier is under pressure."
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -24,7 +22,7 @@ from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvtier.observe.prometheus import PrometheusClient, PrometheusSource, QueryError
-from localcluster import LocalCluster, free_port
+from localcluster import LocalCluster
 from tests import evictor_exposition as ex
 from tests.e2e.conftest import create_target, llm_inference_service
 from tests.e2e.kube_helpers import (
@@ -36,7 +34,8 @@ from tests.e2e.kube_helpers import (
     new_namespace,
 )
 from tests.e2e.operator_process import OperatorProcess
-from tests.e2e.test_observed_health import REPO, prometheus_binary, wide_column
+from tests.e2e.real_prometheus import REPO, running_prometheus
+from tests.e2e.test_observed_health import wide_column
 
 TARGET = "llama-70b"
 LEADER = f"{TARGET}-kserve-0"  # the fuller pod, whose evictor speaks for the tier
@@ -131,13 +130,12 @@ def prometheus(
 ) -> Iterator[str]:
     workdir = tmp_path_factory.mktemp("prometheus")
     (workdir / "rules.yml").write_text(chart_rules(cluster))
-    port = free_port()
     targets = "".join(
         f'      - targets: ["127.0.0.1:{server.port}"]\n'
         f"        labels: {{namespace: {ns}, pod: {pod}}}\n"
         for pod, server in evictors.items()
     )
-    (workdir / "prometheus.yml").write_text(
+    config = (
         f"global: {{scrape_interval: {SCRAPE}s, scrape_timeout: {SCRAPE}s, "
         f"evaluation_interval: {SCRAPE}s}}\n"
         f"rule_files: [{workdir / 'rules.yml'}]\n"
@@ -148,34 +146,8 @@ def prometheus(
         "  - job_name: kvtier-evictor\n"
         "    static_configs:\n" + targets
     )
-    log = (workdir / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [
-            str(prometheus_binary()),
-            f"--config.file={workdir / 'prometheus.yml'}",
-            f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        try:
-            with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as resp:
-                return bool(resp.status == 200)
-        except OSError:
-            return False
-
-    try:
-        eventually(ready, 30, "Prometheus ready")
+    with running_prometheus(workdir, config) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def samples(text: str, labels: dict[str, str]) -> dict[str, float]:

@@ -5,9 +5,7 @@ metrics-reader ClusterRole, applied with deploy/manifests/rbac.yaml) read it."""
 from __future__ import annotations
 
 import json
-import shutil
 import ssl
-import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -20,10 +18,11 @@ import pytest
 import yaml
 from kubernetes import client
 
-from localcluster import LocalCluster, free_port
+from localcluster import LocalCluster
 from tests.certs import ServingCert, serving_cert
 from tests.e2e.kube_helpers import eventually
 from tests.e2e.operator_process import OperatorProcess
+from tests.e2e.real_prometheus import running_prometheus
 
 REPO = Path(__file__).resolve().parents[2]
 READER = "kvtier-operator-metrics-reader"
@@ -133,13 +132,6 @@ def test_certificate_is_the_one_given(
         r.read()
 
 
-def prometheus_binary() -> Path:
-    out = subprocess.run(
-        [str(REPO / "hack" / "prometheus" / "build")], check=True, capture_output=True, text=True
-    )
-    return Path(out.stdout.strip().splitlines()[-1]) / "prometheus"
-
-
 @pytest.fixture(scope="module")
 def prometheus(
     secure_operator: OperatorProcess,
@@ -164,26 +156,8 @@ def prometheus(
             }
         )
     config = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s"}, "scrape_configs": jobs}
-    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    log = (workdir / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [
-            str(prometheus_binary()),
-            f"--config.file={workdir / 'prometheus.yml'}",
-            f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+    with running_prometheus(workdir, yaml.safe_dump(config)) as url:
+        yield url
 
 
 def query(url: str, promql: str) -> list[Any]:

@@ -6,11 +6,9 @@ status.observed, TierEffective and kvtier's own metrics follow each scenario."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,7 +22,7 @@ from kubernetes import client
 from kvtier.observe.prometheus import PrometheusClient, PrometheusSource
 from kvtier.observe.queries import Selection
 from kvtier.observe.series import Snapshot
-from localcluster import LocalCluster, free_port
+from localcluster import LocalCluster
 from tests import vllm_exposition as vx
 from tests.e2e.audit import OPERATOR_USER
 from tests.e2e.conftest import create_target, llm_inference_service
@@ -37,6 +35,7 @@ from tests.e2e.kube_helpers import (
     new_namespace,
 )
 from tests.e2e.operator_process import OperatorProcess
+from tests.e2e.real_prometheus import running_prometheus
 
 REPO = Path(__file__).resolve().parents[2]
 TARGET = "llama-70b"
@@ -106,13 +105,6 @@ class ScriptedServer:
         self.http.server_close()
 
 
-def prometheus_binary() -> Path:
-    out = subprocess.run(
-        [str(REPO / "hack" / "prometheus" / "build")], check=True, capture_output=True, text=True
-    )
-    return Path(out.stdout.strip().splitlines()[-1]) / "prometheus"
-
-
 @pytest.fixture(scope="module")
 def vllm() -> Iterator[ScriptedServer]:
     server = ScriptedServer("0.33.0", "cpu+fs", workers=TP)
@@ -129,9 +121,7 @@ def ns(admin_api: client.ApiClient, operator: OperatorProcess) -> str:
 def prometheus(
     vllm: ScriptedServer, ns: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    workdir = tmp_path_factory.mktemp("prometheus")
-    port = free_port()
-    (workdir / "prometheus.yml").write_text(
+    config = (
         f"global: {{scrape_interval: {SCRAPE}s, scrape_timeout: {SCRAPE}s}}\n"
         "scrape_configs:\n"
         "  - job_name: vllm\n"
@@ -139,34 +129,8 @@ def prometheus(
         f'      - targets: ["127.0.0.1:{vllm.port}"]\n'
         f"        labels: {{namespace: {ns}, pod: {POD}}}\n"
     )
-    log = (workdir / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [
-            str(prometheus_binary()),
-            f"--config.file={workdir / 'prometheus.yml'}",
-            f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        try:
-            with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as resp:
-                return bool(resp.status == 200)
-        except OSError:
-            return False
-
-    try:
-        eventually(ready, 30, "Prometheus ready")
+    with running_prometheus(tmp_path_factory.mktemp("prometheus"), config) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def test_the_client_reads_vllm_series_through_the_real_prometheus(
