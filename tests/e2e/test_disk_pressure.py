@@ -10,10 +10,8 @@ KVCacheTierDiskPressure alert is seen pending while the tier is under pressure."
 from __future__ import annotations
 
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -36,6 +34,7 @@ from tests.e2e.kube_helpers import (
 from tests.e2e.operator_process import OperatorProcess
 from tests.e2e.real_prometheus import REPO, running_prometheus
 from tests.e2e.test_observed_health import wide_column
+from tests.metrics_server import MetricsServer
 
 TARGET = "llama-70b"
 LEADER = f"{TARGET}-kserve-0"  # the fuller pod, whose evictor speaks for the tier
@@ -64,27 +63,11 @@ class EvictorServer:
 
     def __init__(self, usage: float) -> None:
         self.usage = usage
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = ex.exposition(outer.usage)
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.http.server_address[1]
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        self.server = MetricsServer(lambda: ex.exposition(self.usage))
+        self.port = self.server.port
 
     def stop(self) -> None:
-        self.http.shutdown()
-        self.http.server_close()
+        self.server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from tests.e2e.kube_helpers import (
 )
 from tests.e2e.operator_process import OperatorProcess
 from tests.e2e.real_prometheus import running_prometheus
+from tests.metrics_server import MetricsServer
 
 REPO = Path(__file__).resolve().parents[2]
 TARGET = "llama-70b"
@@ -59,23 +59,8 @@ class ScriptedServer:
         self._lock = threading.Lock()
         self._since = time.monotonic()
         self._totals: dict[Any, Any] = {}
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = outer.exposition()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.http.server_address[1]
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        self.server = MetricsServer(self.exposition)
+        self.port = self.server.port
 
     def _advance(self) -> None:
         now = time.monotonic()
@@ -101,8 +86,7 @@ class ScriptedServer:
             return vx.render(self.version, self.config, self._totals)
 
     def stop(self) -> None:
-        self.http.shutdown()
-        self.http.server_close()
+        self.server.stop()
 
 
 @pytest.fixture(scope="module")

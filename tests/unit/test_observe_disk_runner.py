@@ -4,9 +4,7 @@ server serving kvtier evict's own exposition."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -16,6 +14,7 @@ from kvtier.observe.runner import Observer
 from kvtier.render.evictor import cephfs_evictor_name
 from kvtier.render.labels import TierRef
 from tests import evictor_exposition as ex
+from tests.metrics_server import MetricsServer
 
 CLAIM = "kv-cache-llama"
 EVICTOR_POD = f"{cephfs_evictor_name(TierRef('llm', 'llama'), CLAIM)}-6d9c7b-x2k4q"
@@ -24,30 +23,15 @@ EVICTOR_POD = f"{cephfs_evictor_name(TierRef('llm', 'llama'), CLAIM)}-6d9c7b-x2k
 class Evictor:
     def __init__(self) -> None:
         self.usage = 0.92
-        outer = self
-
-        class H(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = ex.exposition(outer.usage)
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
-        self.port = self.http.server_address[1]
+        self.server = MetricsServer(lambda: ex.exposition(self.usage))
+        self.port = self.server.port
 
 
 @pytest.fixture
 def evictor() -> Iterator[Evictor]:
     e = Evictor()
     yield e
-    e.http.shutdown()
-    e.http.server_close()
+    e.server.stop()
 
 
 def pod(name: str, ip: str) -> dict[str, Any]:

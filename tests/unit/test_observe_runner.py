@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -12,6 +10,7 @@ import pytest
 from kvtier.observe.runner import CA_FILES, Observer, pod_endpoints, settings
 from kvtier.observe.verdict import Thresholds
 from tests import vllm_exposition as vx
+from tests.metrics_server import MetricsServer
 
 
 def test_settings_fill_in_the_built_in_defaults() -> None:
@@ -53,31 +52,19 @@ class Server:
     def __init__(self) -> None:
         self.seconds = 600.0
         self.scenario = "hit"
-        outer = self
+        self.server = MetricsServer(self.exposition)
+        self.port = self.server.port
 
-        class H(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                traffic = vx.SCENARIOS[outer.scenario]
-                body = vx.render("0.24.0", "cpu", vx.totals(traffic, outer.seconds))
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
-        self.port = self.http.server_address[1]
+    def exposition(self) -> bytes:
+        traffic = vx.SCENARIOS[self.scenario]
+        return vx.render("0.24.0", "cpu", vx.totals(traffic, self.seconds))
 
 
 @pytest.fixture
 def server() -> Iterator[Server]:
     s = Server()
     yield s
-    s.http.shutdown()
-    s.http.server_close()
+    s.server.stop()
 
 
 def test_direct_scrapes_form_a_window_from_earlier_scrapes(server: Server) -> None:
