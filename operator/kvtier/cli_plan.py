@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import sys
 
@@ -29,6 +28,7 @@ from kvtier.sizing import (
     resolve_geometry,
     resolve_kv_dtype,
 )
+from kvtier.sizing.record import field_defaults, replace
 
 # typing only for annotations: `kvtier plan` starts without importing it (bench/startup.py;
 # mypy treats any name TYPE_CHECKING as true).
@@ -90,7 +90,7 @@ def register(subparsers: Subparsers) -> None:
 
 
 def _default(name: str) -> Any:
-    return next(f.default for f in dataclasses.fields(SizingInput) if f.name == name)
+    return field_defaults(SizingInput)[name]
 
 
 def _add_plan(subparsers: Subparsers) -> None:
@@ -214,7 +214,7 @@ def run_plan(args: argparse.Namespace) -> int:
         result = plan(inp)
     except SizingError as exc:
         raise CliError(f"{_FLAGS.get(exc.field, exc.field)}: {exc.message}") from None
-    result = dataclasses.replace(result, warnings=(*input_warnings(inp), *result.warnings))
+    result = replace(result, warnings=(*input_warnings(inp), *result.warnings))
     if args.plot:
         from kvtier.cli_plot import write_plot  # matplotlib is an optional extra
 
@@ -231,7 +231,7 @@ def sizing_input(args: argparse.Namespace) -> SizingInput:
         geometry=parse_geometry(args.geometry) if args.geometry else None,
     )
     if args.name:
-        geometry = dataclasses.replace(geometry, name=args.name)
+        geometry = replace(geometry, name=args.name)
     kwargs: dict[str, Any] = {
         "geometry": geometry,
         "average_context_tokens": parse_count(args.context, "--context"),
@@ -306,7 +306,7 @@ def _with_probe_results(inp: SizingInput, items: list[str]) -> SizingInput:
                 "refused): its latencies are optimistic",
                 file=sys.stderr,
             )
-    return dataclasses.replace(
+    return replace(
         inp,
         tier_p99_seconds={**p99, **inp.tier_p99_seconds},
         tier_bandwidth_bytes_per_second={**bandwidth, **inp.tier_bandwidth_bytes_per_second},

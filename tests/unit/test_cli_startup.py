@@ -50,11 +50,14 @@ def test_help_wraps_at_the_terminal_width(monkeypatch: pytest.MonkeyPatch) -> No
     assert terminal_width() >= 1
 
 
-def test_plan_json_imports_no_kubernetes_yaml_or_rich() -> None:
+def test_plan_json_imports_no_kubernetes_yaml_rich_or_dataclasses() -> None:
     loaded = _modules("plan", "--model", "llama-3.1-70b", "--context", "128Ki", "-o", "json")
     assert "kvtier.cli_plan" in loaded and "kvtier.sizing.plan" in loaded
     assert not {m for m in loaded if m.split(".")[0] in ("kubernetes", "yaml", "rich", "kopf")}
     assert "shutil" not in loaded
+    # The sizing engine's value classes are Records: no dataclasses (which imports inspect),
+    # no typing.
+    assert not {"dataclasses", "typing"} & loaded
     assert not {m for m in loaded if m.startswith(("kvtier.cli_operator", "kvtier.cli_probe"))}
 
 

@@ -69,6 +69,7 @@ from kvtier.sizing import (
     SizingPlan,
     cpu_tier_cap,
     plan,
+    record,
     resolve_geometry,
     resolve_kv_dtype,
 )
@@ -711,7 +712,7 @@ def _size(
             )
         dropped = _drop_if_not_beneficial(sp, eff)
         if dropped is not None:
-            sp = plan(replace(inp, disk_type="None"))
+            sp = plan(record.replace(inp, disk_type="None"))
         roles = role_plans(base, sp, target.roles, facts.nodes)
     except _Refusal as refusal:
         return [refusal.verdict]
@@ -1106,7 +1107,7 @@ def _with_measured_prefill(inp: SizingInput, spec: KVCacheTierSpec, facts: Facts
     measured = _measured_prefill(spec, facts)
     if measured is None or inp.prefill_seconds_per_token is not None:
         return inp
-    return replace(inp, prefill_seconds_per_token=measured)
+    return record.replace(inp, prefill_seconds_per_token=measured)
 
 
 def _observed_evidence(spec: KVCacheTierSpec, facts: Facts) -> ObservedEvidence | None:

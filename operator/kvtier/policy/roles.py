@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from kvtier.policy.targets import RoleFacts, placement
 from kvtier.render.roles import DECODE, RoleOffload
 from kvtier.render.scheduler import DEFAULT_BLOCK_TOKENS, blocks
-from kvtier.sizing import SizingInput, SizingPlan, plan
+from kvtier.sizing import SizingInput, SizingPlan, plan, record
 
 
 def role_input(inp: SizingInput, role: RoleFacts, tensor: int | None = None) -> SizingInput:
@@ -49,7 +49,7 @@ def role_input(inp: SizingInput, role: RoleFacts, tensor: int | None = None) -> 
         changes["tensor_parallel_size"] = tensor
     if inp.node_memory_bytes is not None and role.stages_per_pod > 1:
         changes["node_memory_bytes"] = inp.node_memory_bytes * role.stages_per_pod
-    return replace(inp, **changes)
+    return record.replace(inp, **changes)
 
 
 @dataclass(frozen=True)
@@ -154,11 +154,11 @@ def role_plans(
         tensor = role.tensor or 1
         if nodes:
             place = placement(nodes, role.node_selector, role.gpus_per_pod or tensor)
-            base = replace(
+            base = record.replace(
                 base,
                 model_server_pods_per_node=place.pods_per_node,
                 node_memory_bytes=place.node_memory_bytes or base.node_memory_bytes,
             )
-        inp = replace(role_input(base, role, tensor), disk_type="None")
+        inp = record.replace(role_input(base, role, tensor), disk_type="None")
         out.append(RolePlan(role, plan(inp)))
     return out

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from functools import cache
 
 from kvtier.sizing.errors import SizingError
 from kvtier.sizing.geometry import ModelGeometry
+from kvtier.sizing.record import Record
 
 # typing only for annotations: `kvtier plan` starts without importing it (bench/startup.py;
 # mypy treats any name TYPE_CHECKING as true).
@@ -24,8 +24,7 @@ if TYPE_CHECKING:
 CATALOG_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "catalog", "models.json")
 
 
-@dataclass(frozen=True)
-class CatalogEntry:
+class CatalogEntry(Record):
     """One catalog model: its Hugging Face id, the names it answers to and its geometry."""
 
     id: str

@@ -8,9 +8,8 @@ TP × the per-rank figure; vLLM's `cpu_bytes_to_use` counts that total.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kvtier.sizing.errors import SizingError
+from kvtier.sizing.record import Record
 
 # Bytes per element for each `--kv-cache-dtype` vLLM accepts that kvtier can size.
 KV_DTYPE_BYTES: dict[str, int] = {
@@ -31,8 +30,7 @@ _AUTO_FROM_MODEL_DTYPE: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
-class ModelGeometry:
+class ModelGeometry(Record):
     """What the KV cache of one model looks like, independent of how it is served.
 
     For MLA models `kv_heads` is 1 and `head_dim` is the latent width

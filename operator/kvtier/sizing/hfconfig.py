@@ -7,13 +7,13 @@ a CPU tier and a disk tier wrongly without anyone noticing.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from collections.abc import Mapping
 
 from kvtier.sizing.errors import SizingError
 from kvtier.sizing.geometry import ModelGeometry
+from kvtier.sizing.record import replace
 from kvtier.textfile import TextFileError, read_text_file
 
 # typing only for annotations: `kvtier plan` starts without importing it (bench/startup.py;
@@ -84,7 +84,7 @@ def geometry_from_hf_config(
 
     heads = _int(cfg, label, "num_attention_heads", "n_head", "num_heads")
     if cfg.get("kv_lora_rank") is not None:
-        return dataclasses.replace(
+        return replace(
             _latent_geometry(cfg, label, dtype), max_position_embeddings=_max_position(cfg, raw)
         )
 

@@ -11,9 +11,8 @@ own classes by tests/unit/test_vllm_conformance.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kvtier.sizing.geometry import ModelGeometry, bytes_per_token_per_rank
+from kvtier.sizing.record import Record
 from kvtier.sizing.releases import VLLMRelease
 
 # A type with fewer layers than the smallest type × this joins its size (vLLM's heuristic
@@ -21,16 +20,14 @@ from kvtier.sizing.releases import VLLMRelease
 _GROUP_SIZE_SLACK = 1.5
 
 
-@dataclass(frozen=True)
-class ChunkGroup:
+class ChunkGroup(Record):
     """One KV cache group as the CPU tier stores it."""
 
     layers: int  # real layers; the chunk is sized for the padded group
     window_chunks: int | None  # a sliding-window group's chunks per request, else None
 
 
-@dataclass(frozen=True)
-class OffloadLayout:
+class OffloadLayout(Record):
     """The CPU tier's chunk geometry for one model served one way by one vLLM release."""
 
     tokens_per_chunk: int

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from decimal import Decimal
+from types import MappingProxyType
 
 from kvtier.sizing.errors import SizingError
 from kvtier.sizing.fio import fio_block_size, fio_command
@@ -21,6 +21,7 @@ from kvtier.sizing.geometry import (
     resolve_kv_dtype,
 )
 from kvtier.sizing.offload import OffloadLayout, offload_layout
+from kvtier.sizing.record import Record
 from kvtier.sizing.releases import DEFAULT_VLLM_VERSION, VLLMRelease, vllm_release
 from kvtier.sizing.tiers import (
     DISK_TYPES,
@@ -49,8 +50,7 @@ _OBJECT_STORE_WARNING = (
 )
 
 
-@dataclass(frozen=True)
-class SizingInput:
+class SizingInput(Record):
     """Everything the sizing needs. Defaults are the documented policy defaults.
 
     The cluster policy (KVCachePolicy) overrides the tunables below the workload fields.
@@ -92,8 +92,8 @@ class SizingInput:
     # Restore vs recompute: baseline TTFT at the average context with offload off, and the
     # fio p99 latency / bandwidth per disk type (keys from DISK_TYPES).
     baseline_ttft_seconds: float | None = None
-    tier_p99_seconds: Mapping[str, float] = field(default_factory=dict)
-    tier_bandwidth_bytes_per_second: Mapping[str, float] = field(default_factory=dict)
+    tier_p99_seconds: Mapping[str, float] = MappingProxyType({})
+    tier_bandwidth_bytes_per_second: Mapping[str, float] = MappingProxyType({})
     # Prefill compute seconds per token when measured (vLLM's prefill time over the tokens it
     # computed); better than baseline TTFT ÷ context, which on a loaded server is queueing.
     prefill_seconds_per_token: float | None = None
@@ -181,8 +181,7 @@ class SizingInput:
             raise SizingError("prefillSecondsPerToken", "must be greater than zero")
 
 
-@dataclass(frozen=True)
-class Sizing:
+class Sizing(Record):
     """The `status.sizing` figures, plus what the pod needs for the CPU tier."""
 
     bytes_per_token: int
@@ -228,8 +227,7 @@ class Sizing:
         }
 
 
-@dataclass(frozen=True)
-class SizingPlan:
+class SizingPlan(Record):
     """The result of `plan()`."""
 
     input: SizingInput
@@ -470,8 +468,7 @@ def plan(inp: SizingInput) -> SizingPlan:
     )
 
 
-@dataclass(frozen=True)
-class _Sized:
+class _Sized(Record):
     """The CPU tier for one layout (CPU-only or tiering), with its reasons."""
 
     layout: OffloadLayout

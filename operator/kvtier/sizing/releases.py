@@ -9,17 +9,16 @@ refused, never guessed (docs/sizing.md, "vLLM versions").
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from kvtier.sizing.errors import SizingError
+from kvtier.sizing.record import Record
 
 FIELD = "vllmVersion"
 VERSION_PATTERN = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?([.+-][0-9A-Za-z.+-]*)?$"
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-][0-9A-Za-z.+-]*)?$")
 
 
-@dataclass(frozen=True)
-class VLLMRelease:
+class VLLMRelease(Record):
     """One vLLM minor series and the behaviours kvtier sizes and renders by."""
 
     series: str  # "0.24"

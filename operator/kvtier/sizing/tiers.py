@@ -20,10 +20,10 @@ both losing is the only "recompute wins".
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from kvtier.sizing.errors import SizingError
+from kvtier.sizing.record import Record, replace
 
 # typing only for annotations: `kvtier plan` starts without importing it (bench/startup.py;
 # mypy treats any name TYPE_CHECKING as true).
@@ -96,8 +96,7 @@ def tier_share(cpu_bytes: int, working_set_bytes: int, replicas: int, shared: bo
     return 1.0 - held
 
 
-@dataclass(frozen=True)
-class LatencyView:
+class LatencyView(Record):
     """One request on an idle server: restoring its prefix against computing it."""
 
     prefill_seconds_per_token: float
@@ -122,8 +121,7 @@ class LatencyView:
         }
 
 
-@dataclass(frozen=True)
-class ThroughputView:
+class ThroughputView(Record):
     """A loaded server: what the tier serves is prefill the GPUs skip, up to its bandwidth."""
 
     restore_tokens_per_second: float | None  # the tier's capacity, all replicas together
@@ -144,8 +142,7 @@ class ThroughputView:
         }
 
 
-@dataclass(frozen=True)
-class TierAssessment:
+class TierAssessment(Record):
     """Restore-vs-recompute verdict for one disk tier; None where a measurement is missing.
 
     restore_seconds moves a whole average context at the bandwidth, recompute_seconds is the

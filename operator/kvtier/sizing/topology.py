@@ -9,9 +9,9 @@ p99 tail lands directly in TTFT.
 from __future__ import annotations
 
 from collections.abc import Set
-from dataclasses import dataclass, field
 
 from kvtier.sizing.errors import SizingError
+from kvtier.sizing.record import Record
 
 CPU_ONLY = "CPUOnly"
 TOPOLOGIES: tuple[str, ...] = (CPU_ONLY, "CPUAndNVMe", "CPUAndCephFS", "CPUAndObjectStore")
@@ -21,12 +21,11 @@ _NO_DISK = (
 )
 
 
-@dataclass(frozen=True)
-class TopologyDecision:
+class TopologyDecision(Record):
     topology: str
     disk: str | None  # the secondary tier, None for CPUOnly
     reason: str
-    warnings: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = ()
 
 
 def choose_topology(

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+from kvtier.sizing.record import Record
 
 # typing only for annotations: `kvtier plan` starts without importing it (bench/startup.py;
 # mypy treats any name TYPE_CHECKING as true).
@@ -25,8 +26,7 @@ ACCESS_KEY_ENV = "AWS_ACCESS_KEY_ID"
 SECRET_KEY_ENV = "AWS_SECRET_ACCESS_KEY"
 
 
-@dataclass(frozen=True)
-class ObjectStore:
+class ObjectStore(Record):
     """An S3 bucket for the obj tier. Credentials never pass through kvtier: with
     `keys_in_config` (releases whose ObjStoreConfig requires them) the config names them as
     `$(AWS_ACCESS_KEY_ID)` / `$(AWS_SECRET_ACCESS_KEY)`, which Kubernetes expands from the
