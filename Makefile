@@ -79,6 +79,7 @@ conformance:
 bench: venv deps cluster-bin upstream-crds
 	$(BIN)/pip install -q -e '.[dev,plot,bench]'
 	$(BIN)/python bench/convergence.py --write-docs --profile build/profile --py-spy $(BIN)/py-spy
+	$(BIN)/python bench/startup.py --runs 31
 	KVTIER_FULL=1 $(BIN)/pytest -s tests/e2e/test_faults.py tests/e2e/test_bad_input_corpus.py
 
 clean:
