@@ -3,7 +3,8 @@
 1. deploy/crds (generated from kvtier.api) is copied into the chart's files/crds, which the
    chart's crds.yaml template wraps with the keep policy;
 2. `helm template` of the chart with default values gives deploy/manifests (plain manifests
-   plus a kustomization.yaml; rbac.yaml is what the local control plane applies at start);
+   plus a kustomization.yaml; rbac.yaml is what the local control plane applies at start),
+   and with one example namespace its opt-in Role for scheduler ConfigMaps (opt-in/);
 3. the OLM bundle (bundle/) is derived from those rendered objects and deploy/crds;
 4. deploy/argocd/argocd-cm-patch.yaml embeds the KVCacheTier health check Lua.
 
@@ -263,6 +264,30 @@ def manifest_files(docs: list[dict[str, Any]]) -> dict[Path, str]:
         [kustomization], "charts/kvtier-operator", FILE_NOTES["kustomization.yaml"]
     )
     return files
+
+
+# The chart's per-namespace opt-in for writing llm-d scheduler ConfigMaps, rendered for one
+# example namespace: not part of kustomization.yaml (nor of the OLM bundle, whose CSV grants
+# only cluster-wide or own-namespace rights); the platform team applies it per namespace.
+OPT_IN = MANIFESTS / "opt-in" / "scheduler-configmaps.yaml"
+OPT_IN_TEMPLATE = "templates/scheduler-configmaps-rbac.yaml"
+OPT_IN_NAMESPACE = "llm"
+OPT_IN_NOTE = (
+    "# Lets kvtier write the llm-d scheduler ConfigMaps (LLMInferenceService\n"
+    "# spec.router.scheduler.config.ref) of one namespace: replace `llm` with it and apply.\n"
+    "# With Helm: values schedulerConfigMaps.namespaces. Only get and patch on ConfigMaps.\n"
+)
+
+
+def opt_in_files() -> dict[Path, str]:
+    docs = helm_template(
+        "--set",
+        f"schedulerConfigMaps.namespaces={{{OPT_IN_NAMESPACE}}}",
+        "--show-only",
+        OPT_IN_TEMPLATE,
+    )
+    objs = [_drop_helm_label(d) for d in docs]
+    return {OPT_IN: dump(objs, f"charts/kvtier-operator/{OPT_IN_TEMPLATE}", OPT_IN_NOTE)}
 
 
 def argocd_files() -> dict[Path, str]:
@@ -647,6 +672,7 @@ def expected_files(image: str | None = None) -> dict[Path, str]:
     return {
         **chart_crd_files(),
         **manifest_files(docs),
+        **opt_in_files(),
         **bundle_files(docs),
         **argocd_files(),
     }

@@ -13,11 +13,11 @@ import pytest
 
 from kvtier.render.roles import RoleOffload
 from kvtier.render.scheduler import (
-    CONFIG_REF_REASON,
     CPU_SCORER,
     UNKNOWN_CONFIG_REASON,
     SchedulerProblem,
     SchedulerSync,
+    config_ref,
     scheduler_sync,
 )
 from kvtier.render.targets import (
@@ -214,12 +214,14 @@ def test_an_unknown_format_is_reported_and_left_alone(change: dict[str, Any], wo
     assert "scheduler" not in writes[0].body["metadata"]["annotations"][APPLIED_ANNOTATION]
 
 
-def test_a_config_in_a_configmap_is_reported_with_the_value_to_set() -> None:
+def test_a_config_in_a_configmap_is_not_the_inline_paths() -> None:
+    """render/scheduler_configmap.py writes it (tests/unit/test_scheduler_configmap.py)."""
     obj = target()
     obj["spec"]["router"]["scheduler"]["config"] = {"ref": {"name": "epp", "key": "cfg"}}
-    result = scheduler_sync(obj, [DECODE], {})
-    assert isinstance(result, SchedulerProblem) and result.reason == CONFIG_REF_REASON
-    assert "ConfigMap epp (key cfg)" in result.message and "25600" in result.message
+    assert scheduler_sync(obj, [DECODE], {}) is None
+    assert config_ref(obj) == ("epp", "cfg")
+    del obj["spec"]["router"]["scheduler"]["config"]["ref"]["key"]
+    assert config_ref(obj) == ("epp", "epp")  # KServe v0.20's default key
 
 
 def test_inference_service_has_no_scheduler() -> None:

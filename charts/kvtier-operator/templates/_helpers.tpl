@@ -105,6 +105,13 @@ manifests and the OLM bundle are rendered from this chart). Secrets are never gr
   verbs: [create]
 {{- end }}
 
+{{/* An opted-in namespace's scheduler ConfigMaps (values.schedulerConfigMaps). */}}
+{{- define "kvtier-operator.schedulerConfigMapRules" -}}
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, patch]
+{{- end }}
+
 {{/* Leader election happens in the operator's own namespace only. */}}
 {{- define "kvtier-operator.leaderElectionRules" -}}
 - apiGroups: [coordination.k8s.io]

@@ -12,6 +12,8 @@ from typing import Any
 
 from kvtier.render.labels import TIER_ID
 from kvtier.render.naming import tier_id
+from kvtier.render.scheduler import config_ref
+from kvtier.render.scheduler_configmap import configmap_record
 
 TierKey = tuple[str, str]  # (namespace, name)
 TargetKey = tuple[str, str, str]  # (kind, namespace, name)
@@ -85,6 +87,11 @@ class Cache:
     _by_configmap: dict[TierKey, set[TierKey]] = field(default_factory=dict)
     _by_id: dict[str, TierKey] = field(default_factory=dict)
     _refs: dict[TierKey, tuple[TargetKey, TierKey | None]] = field(default_factory=dict)
+    # Scheduler ConfigMaps: (namespace, name) → the targets whose config.ref names it, the
+    # ConfigMap each target names, and tier id → the ConfigMaps carrying that tier's record.
+    _by_scheduler_configmap: dict[TierKey, set[TargetKey]] = field(default_factory=dict)
+    _scheduler_configmap_of: dict[TargetKey, TierKey] = field(default_factory=dict)
+    _scheduler_records: dict[str, set[TierKey]] = field(default_factory=dict)
 
     def set_tier(self, key: TierKey, tier: dict[str, Any]) -> None:
         self.pop_tier(key, keep_object=True)
@@ -123,10 +130,52 @@ class Cache:
 
     def set_target(self, key: TargetKey, api_version: str, obj: dict[str, Any]) -> None:
         self.targets.setdefault(key, {})[api_version] = obj
+        self._unindex_scheduler_ref(key)
+        ref = config_ref(obj)
+        if ref is not None:
+            configmap = (key[1], ref[0])
+            self._scheduler_configmap_of[key] = configmap
+            self._by_scheduler_configmap.setdefault(configmap, set()).add(key)
 
     def forget_target(self, key: TargetKey) -> None:
         """The object is gone, and with it every version's view of it."""
         self.targets.pop(key, None)
+        self._unindex_scheduler_ref(key)
+
+    def _unindex_scheduler_ref(self, key: TargetKey) -> None:
+        configmap = self._scheduler_configmap_of.pop(key, None)
+        if configmap is not None:
+            self._by_scheduler_configmap.get(configmap, set()).discard(key)
+
+    def tiers_for_scheduler_configmap(self, namespace: str, name: str) -> list[TierKey]:
+        """Tiers whose target's scheduler config is in this ConfigMap, or that left their
+        record on it."""
+        tiers: set[TierKey] = set()
+        for target in self._by_scheduler_configmap.get((namespace, name), ()):
+            tiers.update(self.tiers_for_target(*target))
+        for tid, configmaps in self._scheduler_records.items():
+            if (namespace, name) in configmaps and tid in self._by_id:
+                tiers.add(self._by_id[tid])
+        return sorted(tiers)
+
+    def set_configmap(self, obj: dict[str, Any], deleted: bool) -> None:
+        """Keep a ConfigMap a tier reads (or that carries a tier's scheduler record)."""
+        meta = _meta(obj)
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        for configmaps in self._scheduler_records.values():
+            configmaps.discard(key)
+        if deleted:
+            self.configmaps.pop(key, None)
+            return
+        record = configmap_record(obj)
+        if record is not None and isinstance(record.get("tier"), str):
+            self._scheduler_records.setdefault(record["tier"], set()).add(key)
+        self.configmaps[key] = obj
+
+    def scheduler_configmaps(self, key: TierKey) -> dict[TierKey, dict[str, Any]]:
+        """The cached ConfigMaps carrying this tier's scheduler record."""
+        names = self._scheduler_records.get(tier_id(*key), set())
+        return {n: self.configmaps[n] for n in sorted(names) if n in self.configmaps}
 
     def forget_view(self, key: TargetKey, api_version: str) -> None:
         """One version's view is gone (no longer served); the object may still exist."""
@@ -215,6 +264,8 @@ class Cache:
             # Versions served without conversion are one object: refresh every cached view.
             for version in {*self.targets.get(key, {}), str(obj.get("apiVersion"))}:
                 self.set_target(key, version, {**obj, "apiVersion": version})
+        elif kind == "ConfigMap":  # a scheduler config kvtier patched
+            self.set_configmap(obj, deleted=False)
         else:
             self.set_owned(obj, deleted=False)
 

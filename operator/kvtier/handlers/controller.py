@@ -46,8 +46,11 @@ from kvtier.policy.replica1 import OWNED_KINDS as REPLICA1_KINDS
 from kvtier.policy.replica1 import RECHECK_SECONDS as REPLICA1_RECHECK_SECONDS
 from kvtier.policy.replica1 import SELECTOR as REPLICA1_SELECTOR
 from kvtier.policy.replica1 import filesystem_refused, policy_status_patch, policy_step
+from kvtier.policy.scheduler import removal_configmap_writes
 from kvtier.render import DesiredWrite
 from kvtier.render.event import event_body
+from kvtier.render.naming import tier_id
+from kvtier.render.scheduler import config_ref
 
 log = logging.getLogger("kvtier.controller")
 STATUS_KEYS = (
@@ -87,6 +90,9 @@ def status_patch(
 
 POLICY_KEY: TierKey = ("", "KVCachePolicy")  # tiers always have a namespace
 PENDING_RETRY_SECONDS = 1.0
+# A scheduler ConfigMap that answered 403 is not written again for this long, unless it
+# changes: the grant (a Role kvtier cannot watch) is looked for again after it.
+FORBIDDEN_RETRY_SECONDS = 300.0
 
 
 class Controller:
@@ -107,6 +113,9 @@ class Controller:
         self.leading = asyncio.Event()
         # Writes the API server did not keep, by object: held back until it changes.
         self.unkept: dict[UnkeptKey, Unkept] = {}
+        # Scheduler ConfigMaps kvtier may not patch: (namespace, name) → (resourceVersion,
+        # when the 403 came).
+        self.forbidden: dict[TierKey, tuple[str | None, float]] = {}
         # Reads the targets' vLLM metrics in the background; a result wakes its tier.
         self.observer = Observer(self._pods, self.queue.add)
         # A new CRD of a kind kvtier writes may keep what the old one pruned.
@@ -254,10 +263,12 @@ class Controller:
             )
             if config_map is not None:
                 self.cache.configmaps[(namespace, ref["name"])] = config_map
+        target = await self._target(tier)
+        schedulers = await self._scheduler_configmaps(key, target)
         facts = Facts(
             tier=tier,
             policy=self.cache.policy,
-            target=await self._target(tier),
+            target=target,
             config_map=config_map,
             nodes=list(self.cache.nodes.values()),
             now=datetime.now(UTC),
@@ -268,6 +279,8 @@ class Controller:
             observation=self.observer.results.get(key),
             storage_classes=dict(self.cache.storage_classes),
             capacities=list(self.cache.capacities.values()),
+            scheduler_configmaps=schedulers,
+            scheduler_forbidden=self._forbidden(schedulers),
         )
         decision = decide(facts)
         finalizers = (tier.get("metadata") or {}).get("finalizers") or []
@@ -279,11 +292,15 @@ class Controller:
             # The API returned what it now holds: decide again from that, so one status
             # write reports the result instead of a second pass after the watch catches up.
             tier = self.cache.tiers.get(key, tier)  # the finalizer write moved it on
+            target = self.cache.target_for(tier)
+            schedulers = await self._scheduler_configmaps(key, target)
             facts = replace(
                 facts,
                 tier=tier,
-                target=self.cache.target_for(tier),
+                target=target,
                 owned=self.cache.owned_for(namespace, name),
+                scheduler_configmaps=schedulers,
+                scheduler_forbidden=self._forbidden(schedulers),
             )
             decision = decide(facts)
         elif decision.mode != "Apply" and FINALIZER in finalizers:
@@ -304,6 +321,52 @@ class Controller:
             # another round's work, as nothing else will wake the tier for them.
             self.queue.add_after(key, PENDING_RETRY_SECONDS)
         metrics.observe_tier(namespace, name, tier, decision.status)
+
+    async def _scheduler_configmaps(
+        self, key: TierKey, target: Mapping[str, Any] | None
+    ) -> list[dict[str, Any]]:
+        """The ConfigMaps of the tier's namespace its scheduler sync reads: the one the
+        target's config.ref names (read once if no watch event brought it yet) and those
+        carrying the tier's record."""
+        found = self.cache.scheduler_configmaps(key)
+        ref = config_ref(target) if target is not None else None
+        where = (key[0], ref[0]) if ref is not None else None
+        if where is not None and where not in found:
+            configmap = self.cache.configmaps.get(where)
+            if configmap is None:
+                configmap = await asyncio.to_thread(self.kube.get, "v1", "ConfigMap", *where[::-1])
+                if configmap is not None:
+                    self.cache.set_configmap(configmap, deleted=False)
+            if configmap is not None:
+                found[where] = configmap
+        return [found[k] for k in sorted(found)]
+
+    def _forbidden(self, configmaps: list[dict[str, Any]]) -> frozenset[str]:
+        """Names of the ConfigMaps that answered 403 and have not changed since, within
+        FORBIDDEN_RETRY_SECONDS."""
+        names = set()
+        now = time.monotonic()
+        for configmap in configmaps:
+            meta = configmap.get("metadata") or {}
+            seen = self.forbidden.get((str(meta.get("namespace")), str(meta.get("name"))))
+            if (
+                seen
+                and seen[0] == meta.get("resourceVersion")
+                and now - seen[1] < FORBIDDEN_RETRY_SECONDS
+            ):
+                names.add(str(meta.get("name")))
+        return frozenset(names)
+
+    def _forbid(self, tier: Mapping[str, Any], w: DesiredWrite) -> None:
+        """A scheduler ConfigMap patch answered 403: not again until it changes or the
+        retry time passed (the tier is woken then)."""
+        where = (str(w.namespace), w.name)
+        current = self.cache.configmaps.get(where) or {}
+        version = (current.get("metadata") or {}).get("resourceVersion")
+        self.forbidden[where] = (version, time.monotonic())
+        meta = tier["metadata"]
+        self.queue.add_after((meta["namespace"], meta["name"]), FORBIDDEN_RETRY_SECONDS)
+        log.info("ConfigMap %s/%s: kvtier may not patch it (403)", *where)
 
     async def _target(self, tier: Mapping[str, Any]) -> dict[str, Any] | None:
         """The target as the tier's version shows it; a version no watch feeds is read."""
@@ -353,7 +416,13 @@ class Controller:
                     metrics.WRITES.labels("delete", w.kind).inc()
                     self.cache.forget_written(w.kind, w.namespace, w.name)
                 else:
-                    written = await self._send(w)
+                    try:
+                        written = await self._send(w)
+                    except ApiException as exc:
+                        if exc.status != 403 or w.kind != "ConfigMap":
+                            raise
+                        self._forbid(tier, w)  # the condition says how to grant it
+                        continue
                     key = (w.kind, w.namespace, w.name, w.action)
                     unkept = unkept_write(w, written)
                     if unkept is None:
@@ -473,6 +542,8 @@ class Controller:
         # Pods go with their Job; kvtier never deletes pods itself.
         removable = [o for o in owned.values() if o.get("kind") != "Pod"]
         writes = removal_writes(target, removable, delete_claims=retention == "Delete")
+        schedulers = await self._scheduler_configmaps((namespace, name), None)
+        writes += removal_configmap_writes(schedulers, tier_id(namespace, name))
         observed = {**owned}
         if target is not None:
             observed[object_key(target)] = target

@@ -21,6 +21,7 @@ from kvtier.handlers.controller import POLICY_KEY, Controller
 from kvtier.kube.informer import Deliver, Watched
 from kvtier.policy.replica1 import filesystem_key, is_replica1
 from kvtier.render.probe_job import PROBE_TIER
+from kvtier.render.scheduler_configmap import configmap_record
 
 Handler = Callable[[Controller, str, dict[str, Any]], None]
 MANAGED = "app.kubernetes.io/managed-by=kvtier"
@@ -84,13 +85,20 @@ def on_target(controller: Controller, event: str, obj: dict[str, Any]) -> None:
 
 
 def on_configmap(controller: Controller, event: str, obj: dict[str, Any]) -> None:
+    """A model's config.json, or a scheduler config (the one a target's config.ref names, or
+    one carrying a tier's record): only the ones a tier reads are kept."""
     key = _ns_name(obj)
-    tiers = controller.cache.tiers_for_configmap(*key)
-    if event == "DELETED":
-        controller.cache.configmaps.pop(key, None)
-    elif tiers:
-        controller.cache.configmaps[key] = obj  # only the ones a tier reads are kept
-    controller.enqueue(tiers)
+    cache = controller.cache
+    tiers = {*cache.tiers_for_configmap(*key), *cache.tiers_for_scheduler_configmap(*key)}
+    if _held(controller, sorted(tiers), on_configmap, event, obj):
+        return
+    if event != "DELETED" and not is_news(obj, cache.configmaps.get(key)):
+        return  # the echo of kvtier's own patch: the cache holds its response already
+    cache.set_configmap(obj, deleted=True)
+    if event != "DELETED" and (tiers or configmap_record(obj) is not None):
+        cache.set_configmap(obj, deleted=False)
+    # A record removed still wakes the tier it was of (taken above), a new one its tier.
+    controller.enqueue(sorted({*tiers, *cache.tiers_for_scheduler_configmap(*key)}))
 
 
 def on_node(controller: Controller, event: str, obj: dict[str, Any]) -> None:

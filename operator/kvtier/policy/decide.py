@@ -30,12 +30,14 @@ from kvtier.policy.provisioning import (
     applied_verdict,
     disk_tier_status,
     hold_unkept,
+    object_key,
     pending_writes,
     provisioned_verdict,
     schema_mismatch_verdict,
     split_writes,
 )
 from kvtier.policy.roles import RolePlan, role_input, role_plans
+from kvtier.policy.scheduler import configmap_step, referenced_configmap, scheduler_verdict
 from kvtier.policy.server_flags import ServerFlags
 from kvtier.policy.targets import Placement, TargetFacts, placement, target_facts
 from kvtier.render import (
@@ -55,7 +57,7 @@ from kvtier.render.nvme import (
 from kvtier.render.nvme_class import binding_warning
 from kvtier.render.probe_job import CephFSProbeVolume, NVMeProbeVolume
 from kvtier.render.quantities import to_quantity
-from kvtier.render.scheduler import PLUGINS_PATH, SchedulerProblem, SchedulerSync
+from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
 from kvtier.render.targets import own_kv_cache_dtype
 from kvtier.settings import (
     BUILTIN_DEFAULTS,
@@ -123,6 +125,11 @@ class Facts:
     # StorageClasses by name and every CSIStorageCapacity, for StorageClass NVMe pools.
     storage_classes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     capacities: Sequence[Mapping[str, Any]] = ()
+    # ConfigMaps of the tier's namespace the scheduler sync reads: the one the target's
+    # spec.router.scheduler.config.ref names, and any carrying this tier's record.
+    scheduler_configmaps: Sequence[Mapping[str, Any]] = ()
+    # Names of those the operator may not patch (they answered 403).
+    scheduler_forbidden: frozenset[str] = frozenset()
 
 
 READY_APPLIED = "Applied"  # Ready's reason in Apply mode, and the reason of a writes Event
@@ -767,6 +774,7 @@ def _render(
     ref = TierRef(str(meta.get("namespace")), str(meta.get("name")), meta.get("uid"))
     assert facts.target is not None
     summary = _plan_summary(sp, decision.mode)
+    scheduler_configmap = referenced_configmap(facts.target, facts.scheduler_configmaps)
     try:
         result = render_writes(
             ref,
@@ -779,6 +787,7 @@ def _render(
             [r.offload() for r in roles],
             evictor_image=facts.probe_image,
             kv_cache_dtype_flag=kv_cache_dtype_flag(eff, target.server),
+            scheduler_configmap=scheduler_configmap,
         )
     except RenderError as exc:
         decision.status["plan"] = {"summary": f"{summary}\nCannot apply: {exc.message}"}
@@ -790,6 +799,15 @@ def _render(
             Verdict(ConditionType.APPLIED.value, FALSE, "Conflict", result.conflict),
         ]
     tier_writes, policy_writes = split_writes(result.writes)
+    scheduler, tier_writes = configmap_step(
+        result.scheduler,
+        tier_writes,
+        facts.scheduler_configmaps,
+        ref.id,
+        ref.namespace,
+        facts.scheduler_forbidden,
+        [r.offload() for r in roles],
+    )
     notes = [
         *result.notes,
         *(f"the KVCachePolicy provides {w.kind} {w.name}" for w in policy_writes),
@@ -802,15 +820,15 @@ def _render(
     warning = binding_warning(storage_class) if storage_class else None
     if warning:
         notes.append(f"warning: {warning}")
-    if isinstance(result.scheduler, SchedulerProblem):
-        notes.append(result.scheduler.message)
+    if isinstance(scheduler, SchedulerProblem):
+        notes.append(scheduler.message)
     plan_status = RenderResult(writes=tier_writes, notes=notes).plan_status()
     plan_status["summary"] = f"{summary}\n{plan_status['summary']}"
     if roles:
         plan_status["roles"] = [r.status() for r in roles]
-    scheduler_verdict = _scheduler_verdict(result.scheduler, facts.target)
-    if isinstance(result.scheduler, SchedulerSync):
-        plan_status["scheduler"] = result.scheduler.status()
+    synced = scheduler_verdict(scheduler, facts.target, scheduler_configmap)
+    if isinstance(scheduler, SchedulerSync):
+        plan_status["scheduler"] = scheduler.status()
     decision.status["plan"] = plan_status
     decision.desired = tier_writes
     if decision.mode != Mode.APPLY:
@@ -819,6 +837,8 @@ def _render(
     if facts.target is not None:
         t_meta = facts.target.get("metadata") or {}
         observed[(target.kind, t_meta.get("namespace"), str(t_meta.get("name")))] = facts.target
+    for configmap in facts.scheduler_configmaps:
+        observed[object_key(configmap)] = configmap
     storage = [
         o
         for o in facts.owned.values()
@@ -867,36 +887,14 @@ def _render(
             # Claims no node can provision would leave the restarted model server Pending.
             decision.writes = [w for w in decision.writes if w.action == "Delete"]
     verdicts = [provisioned, applied]
-    if scheduler_verdict is not None:
-        verdicts.append(scheduler_verdict)
+    if synced is not None:
+        verdicts.append(synced)
     if sp.disk in ("NVMe", "CephFS") and eff.probe_enabled.value:
         decision.probe = _probe_step(ref, eff, sp, tier_writes, decision, provisioned.ok, facts)
         if decision.probe.verdict is not None:
             verdicts.append(decision.probe.verdict)
     verdicts.extend(_beneficial(sp, spec, eff, decision, facts))
     return verdicts
-
-
-def _scheduler_verdict(
-    sync: SchedulerSync | SchedulerProblem | None, target: Mapping[str, Any] | None
-) -> Verdict | None:
-    """SchedulerSynced: the router's CPU-tier prefix scorer holds the tier's block count, or
-    why kvtier does not write it. Never blocks Ready: the tier works either way."""
-    if sync is None:
-        return None
-    kind = ConditionType.SCHEDULER_SYNCED.value
-    if isinstance(sync, SchedulerProblem):
-        return Verdict(kind, FALSE, sync.reason, sync.message)
-    what = (
-        f"scheduler plugin {sync.plugin}: lruCapacityPerServer {sync.capacity} blocks of "
-        f"{sync.block_size_tokens} tokens ({', '.join(sync.roles)}), autoTune false"
-    )
-    current: Any = target
-    for key in PLUGINS_PATH:
-        current = current.get(key) if isinstance(current, Mapping) else None
-    if current != sync.plugins:
-        return Verdict(kind, FALSE, "SchedulerSyncing", f"{what}: not written yet")
-    return Verdict(kind, TRUE, "SchedulerSynced", what)
 
 
 def _claimed_by(facts: Facts, mode: str) -> str | None:

@@ -8,12 +8,13 @@ tune from) and `lruCapacityPerServer` set by hand, in blocks of the scorer's
 endpoint divided by the bytes of one scorer block.
 
 The format pinned here (docs/llm-d.md): an EndpointPickerConfig of
-`inference.networking.x-k8s.io/v1alpha1` inline in an LLMInferenceService's
-`spec.router.scheduler.config.inline` (KServe v0.20 passes it to the picker as
-`--config-text`), with the scorer's parameters of gateway-api-inference-extension v1.4 to
-v1.6 and llm-d-inference-scheduler v0.8. Anything else (another apiVersion or kind, an
-unknown parameter, the character-based `blockSize` of older releases) is reported, never
-guessed at; a config in a ConfigMap (`config.ref`) is reported with the value to set there.
+`inference.networking.x-k8s.io/v1alpha1`, inline in an LLMInferenceService's
+`spec.router.scheduler.config.inline` or in the ConfigMap key `config.ref` names (KServe v0.20
+passes either text to the picker as `--config-text`), with the scorer's parameters of
+gateway-api-inference-extension v1.4 to v1.6 and llm-d-inference-scheduler v0.8. Anything else
+(another apiVersion or kind, an unknown parameter, the character-based `blockSize` of older
+releases) is reported, never guessed at. The ConfigMap's text is written by
+render/scheduler_configmap.py from the same `config_sync`.
 
 `inline` preserves unknown fields, so its `plugins` list is atomic: kvtier sets it to the
 list it read with only the CPU scorer's two parameters changed, by a JSON patch guarded by a
@@ -51,6 +52,7 @@ KNOWN_PARAMETERS = frozenset(
 )
 UNKNOWN_CONFIG_REASON = "SchedulerConfigUnknown"
 CONFIG_REF_REASON = "SchedulerConfigRef"
+DEFAULT_REF_KEY = "epp"  # KServe v0.20's data key when config.ref names none
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ class SchedulerSync:
     roles: tuple[str, ...]  # the roles whose scheduling profiles use the scorer
     plugins: list[dict[str, Any]]
     record: dict[str, Any]  # the user's values, for kvtier's record
+    # (name, data key) of the ConfigMap holding the config; None when it is inline.
+    configmap: tuple[str, str] | None = None
 
     def status(self) -> dict[str, Any]:
         """status.plan.scheduler."""
@@ -113,32 +117,51 @@ def _served_roles(config: Mapping[str, Any], name: str, roles: Sequence[str]) ->
     return served
 
 
+def config_ref(target: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(ConfigMap name, data key) of `spec.router.scheduler.config.ref` (KServe's key
+    defaults to `epp`), or None when the config is inline or absent."""
+    config = _at(target, CONFIG_PATH)
+    if not isinstance(config, Mapping) or isinstance(config.get("inline"), Mapping):
+        return None
+    ref = config.get("ref")
+    if not isinstance(ref, Mapping) or not ref.get("name"):
+        return None
+    return str(ref["name"]), str(ref.get("key") or DEFAULT_REF_KEY)
+
+
+def ref_capacity(roles: Sequence[RoleOffload]) -> int | None:
+    """The capacity to set by hand in a referenced config: the decode tier behind one
+    endpoint in 16-token blocks; None without the roles' bytes per token."""
+    if not roles or roles[0].bytes_per_token <= 0:
+        return None
+    return blocks(roles[0].endpoint_cpu_bytes, roles[0].bytes_per_token, DEFAULT_BLOCK_TOKENS)
+
+
 def scheduler_sync(
     target: Mapping[str, Any], roles: Sequence[RoleOffload], record: Mapping[str, Any]
 ) -> SchedulerSync | SchedulerProblem | None:
-    """The CPU scorer's capacity from the tier, a problem, or None when the target's
-    scheduler config enables no CPU-tier prefix scorer. `record` is kvtier's record on the
-    target (its `scheduler` entry holds the user's values)."""
+    """The CPU scorer's capacity from the tier for the target's inline config, a problem,
+    or None when the target's scheduler config enables no CPU-tier prefix scorer (or is in
+    a ConfigMap: render/scheduler_configmap.py). `record` is kvtier's record on the target
+    (its `scheduler` entry holds the user's values)."""
     config = _at(target, CONFIG_PATH)
-    if not isinstance(config, Mapping):
-        return None
-    ref = config.get("ref")
-    inline = config.get("inline")
+    inline = config.get("inline") if isinstance(config, Mapping) else None
     if not isinstance(inline, Mapping):
-        if isinstance(ref, Mapping) and roles and roles[0].bytes_per_token > 0:
-            count = blocks(
-                roles[0].endpoint_cpu_bytes, roles[0].bytes_per_token, DEFAULT_BLOCK_TOKENS
-            )
-            return SchedulerProblem(
-                CONFIG_REF_REASON,
-                f"spec.router.scheduler.config.ref: the scheduler config is in ConfigMap "
-                f"{ref.get('name')} (key {ref.get('key') or 'epp'}), which kvtier does not "
-                f"write; if it has a {CPU_SCORER}, set its {AUTO_TUNE}: false and {CAPACITY}: "
-                f"{count} (blocks of {DEFAULT_BLOCK_TOKENS} tokens; scale by 16 / "
-                f"{BLOCK_TOKENS} if it sets another)",
-            )
         return None
-    plugins = inline.get("plugins")
+    own = _at(record, ("scheduler",)) or {}
+    return config_sync(inline, roles, own, "spec.router.scheduler.config.inline")
+
+
+def config_sync(
+    config: Mapping[str, Any],
+    roles: Sequence[RoleOffload],
+    own: Mapping[str, Any],
+    where: str,
+) -> SchedulerSync | SchedulerProblem | None:
+    """The CPU scorer's capacity from the tier for one EndpointPickerConfig (inline or read
+    from a ConfigMap), a problem, or None when it enables no CPU-tier prefix scorer. `own`
+    is kvtier's record of the user's values; `where` names the config in messages."""
+    plugins = config.get("plugins")
     index = next(
         (
             i
@@ -149,13 +172,13 @@ def scheduler_sync(
     )
     if index is None or not isinstance(plugins, list):
         return None
-    where = f"spec.router.scheduler.config.inline plugin {CPU_SCORER}"
-    version = (inline.get("apiVersion"), inline.get("kind"))
+    at = f"{where} plugin {CPU_SCORER}"
+    version = (config.get("apiVersion"), config.get("kind"))
     if version != CONFIG_API:
         return SchedulerProblem(
             UNKNOWN_CONFIG_REASON,
-            f"spec.router.scheduler.config.inline: {version[1]} {version[0]} is not a scheduler "
-            f"config kvtier knows ({CONFIG_API[1]} {CONFIG_API[0]}); kvtier leaves it alone",
+            f"{where}: {version[1]} {version[0]} is not a scheduler config kvtier knows "
+            f"({CONFIG_API[1]} {CONFIG_API[0]}); kvtier leaves it alone",
         )
     plugin = plugins[index]
     params = plugin.get("parameters") or {}
@@ -170,15 +193,15 @@ def scheduler_sync(
     elif "blockSize" in params and BLOCK_TOKENS not in params:
         problem = "sets only blockSize, a size in characters from older releases"
     if problem is not None:
-        return SchedulerProblem(UNKNOWN_CONFIG_REASON, f"{where} {problem}; kvtier leaves it alone")
+        return SchedulerProblem(UNKNOWN_CONFIG_REASON, f"{at} {problem}; kvtier leaves it alone")
     block_tokens = params.get(BLOCK_TOKENS) or DEFAULT_BLOCK_TOKENS
     if not isinstance(block_tokens, int) or isinstance(block_tokens, bool) or block_tokens < 1:
         return SchedulerProblem(
-            UNKNOWN_CONFIG_REASON, f"{where}: {BLOCK_TOKENS} {block_tokens!r} is not a block size"
+            UNKNOWN_CONFIG_REASON, f"{at}: {BLOCK_TOKENS} {block_tokens!r} is not a block size"
         )
     # A role without its bytes per token (an Offload built without roles) has no block count.
     by_role = {r.role: r for r in roles if r.bytes_per_token > 0}
-    served = _served_roles(inline, CPU_SCORER, list(by_role))
+    served = _served_roles(config, CPU_SCORER, list(by_role))
     if not served or not by_role:
         return None  # declared but in no scheduling profile: not enabled
     # One index size serves every endpoint the scorer picks from: the smallest CPU tier among
@@ -187,7 +210,6 @@ def scheduler_sync(
         blocks(by_role[r].endpoint_cpu_bytes, by_role[r].bytes_per_token, block_tokens)
         for r in served
     )
-    own = _at(record, ("scheduler",)) or {}
     user = {key: _user_value(params.get(key), own.get(key)) for key in (CAPACITY, AUTO_TUNE)}
     new_params = {**params, CAPACITY: max(capacity, 1), AUTO_TUNE: False}
     new_plugins = copy.deepcopy(plugins)
@@ -205,13 +227,17 @@ def scheduler_sync(
 
 
 def restored_plugins(target: Mapping[str, Any], saved: Mapping[str, Any]) -> list[Any] | None:
-    """The plugins list with the user's values back where it still holds kvtier's; None when
-    there is nothing to give back."""
+    """The target's inline plugins list with the user's values back where it still holds
+    kvtier's; None when there is nothing to give back."""
     plugins = _at(target, PLUGINS_PATH)
+    return restore_plugins(plugins, saved) if isinstance(plugins, list) else None
+
+
+def restore_plugins(plugins: Sequence[Any], saved: Mapping[str, Any]) -> list[Any] | None:
+    """A plugins list with the user's values back where it still holds kvtier's; None when
+    there is nothing to give back."""
     name = saved.get("plugin")
-    if not isinstance(plugins, list):
-        return None
-    out = copy.deepcopy(plugins)
+    out = copy.deepcopy(list(plugins))
     changed = False
     for plugin in out:
         if not isinstance(plugin, dict) or plugin.get("name") != name:

@@ -948,7 +948,9 @@ def target_patch(
     _refuse_atomic_spec(target)
     if version == ISVC_V1BETA1:
         return inference_service_patch(target, offload)
-    sync = scheduler if isinstance(scheduler, SchedulerSync) else None
+    # A config in a ConfigMap is written there (render/scheduler_configmap.py), not here.
+    inline = isinstance(scheduler, SchedulerSync) and scheduler.configmap is None
+    sync = scheduler if isinstance(scheduler, SchedulerSync) and inline else None
     record = sync.record if sync else None
     if llmisvc_form(target, offload) == LLMISVC_V1ALPHA1:
         writes = llmisvc_v1alpha1_patch(target, offload, record)

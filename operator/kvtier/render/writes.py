@@ -33,6 +33,8 @@ from kvtier.render.nvme import (
 from kvtier.render.nvme_class import class_pool_note
 from kvtier.render.result import DesiredWrite, RenderError, RenderResult
 from kvtier.render.roles import RoleOffload
+from kvtier.render.scheduler import SchedulerSync
+from kvtier.render.scheduler_configmap import configmap_sync, configmap_writes
 from kvtier.render.targets import (
     SHM_FILES,
     Conflict,
@@ -57,6 +59,7 @@ def render_writes(
     roles: Sequence[RoleOffload] = (),
     evictor_image: str | None = None,
     kv_cache_dtype_flag: str | None = None,
+    scheduler_configmap: Mapping[str, Any] | None = None,
 ) -> RenderResult:
     """The writes for the tier's chosen topology, or a conflict when the target already has
     an offload config kvtier did not write. RenderError when the inputs cannot work (no NVMe
@@ -65,7 +68,9 @@ def render_writes(
     `evictor_image` runs `kvtier evict` beside the disk tier (the operator's own image): a
     Deployment per CephFS claim, a native sidecar in the pods of an NVMe tier.
     `kv_cache_dtype_flag`: the --kv-cache-dtype the tier sized for, passed beside kvtier's
-    --kv-transfer-config (the target passes none)."""
+    --kv-transfer-config (the target passes none).
+    `scheduler_configmap`: the ConfigMap the target's `spec.router.scheduler.config.ref` names,
+    as read in the target's namespace (None when there is none); its scorer is written last."""
     writes: list[DesiredWrite] = []
     notes: list[str] = []
     disk_spec = spec.disk
@@ -170,10 +175,14 @@ def render_writes(
         roles=tuple(roles),
         evictor=nvme_evictor,
     )
-    scheduler = llmisvc_scheduler(target, offload)
+    scheduler = llmisvc_scheduler(target, offload) or configmap_sync(
+        target, scheduler_configmap, offload.role_offloads(), tier.id
+    )
     patch = target_patch(target, offload, scheduler)
     if isinstance(patch, Conflict):
         return RenderResult(conflict=patch.message)
+    if isinstance(scheduler, SchedulerSync) and scheduler_configmap is not None:
+        patch += configmap_writes(scheduler_configmap, scheduler, tier.id)
     return RenderResult(writes=[*writes, *patch], notes=notes, scheduler=scheduler)
 
 

@@ -1,0 +1,367 @@
+"""The router's CPU-tier scorer in a ConfigMap (LLMInferenceService spec.router.scheduler.config
+.ref, KServe v0.20.0's CRDs) on the local control plane, with the operator under its own
+identity: in a namespace the platform team opted in (deploy/manifests/opt-in, the chart's
+Role) kvtier writes its block count into the key's text and nothing else; elsewhere the API
+server answers 403 and the condition gives the value and the grant, nothing written; Argo CD
+re-applies cause no write war; a concurrent edit is not clobbered; deleting the tier gives the
+user's text back byte for byte.
+
+Argo CD is played as in test_real_contracts.py: a forced apply by its manager, the live values
+of the fields deploy/argocd/application.yaml ignores carried into the manifest.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from kvtier.kube.rest import Kube
+from kvtier.render.naming import tier_id
+from kvtier.render.roles import RoleOffload
+from kvtier.render.scheduler import SchedulerSync
+from kvtier.render.scheduler_configmap import (
+    GRANT_VALUE,
+    RECORD_ANNOTATION,
+    configmap_sync,
+    configmap_writes,
+)
+from localcluster import LocalCluster
+from tests.e2e import audit
+from tests.e2e.kube_helpers import (
+    apply_policy,
+    create_tier,
+    eventually,
+    get_tier,
+    new_namespace,
+    wait_condition,
+)
+from tests.e2e.operator_process import OperatorProcess
+from tests.e2e.test_operator_apply import POLICY
+from tests.e2e.test_real_contracts import APPLIED, ARGO, argo_sync, live, respecting_ignored
+
+REPO = Path(__file__).resolve().parents[2]
+OPT_IN = REPO / "deploy" / "manifests" / "opt-in" / "scheduler-configmaps.yaml"
+ROUNDS = 10
+CONFIGMAP = "qwen-epp"
+# llm-d's tiered-prefix-cache layout as a user keeps it in git: comments and flow maps that
+# only an edit in place keeps.
+EPP = """\
+# Endpoint picker for qwen: GPU and CPU prefix scorers (llm-d tiered-prefix-cache guide).
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: prefix-cache-scorer
+  name: gpu-prefix-cache-scorer
+- type: prefix-cache-scorer
+  name: cpu-prefix-cache-scorer
+  parameters:
+    autoTune: false   # vLLM reports no CPU-tier capacity
+    lruCapacityPerServer: 41000
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: queue-scorer, weight: 2}
+  - {pluginRef: gpu-prefix-cache-scorer, weight: 1}
+  - {pluginRef: cpu-prefix-cache-scorer, weight: 1}
+  - pluginRef: max-score-picker
+"""
+
+
+def _configmap(text: str = EPP) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": CONFIGMAP},
+        "data": {"epp": text, "README": "the router's config"},
+    }
+
+
+def _server() -> dict[str, Any]:
+    return {
+        "apiVersion": "serving.kserve.io/v1alpha2",
+        "kind": "LLMInferenceService",
+        "metadata": {"name": "qwen"},
+        "spec": {
+            "model": {"uri": "hf://Qwen/Qwen3-32B", "name": "Qwen/Qwen3-32B"},
+            "replicas": 2,
+            "parallelism": {"tensor": 4},
+            "template": {
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "ghcr.io/llm-d/llm-d-cuda:v0.8.0",
+                        "resources": {
+                            "limits": {"nvidia.com/gpu": "4", "memory": "256Gi"},
+                            "requests": {"nvidia.com/gpu": "4", "memory": "256Gi"},
+                        },
+                    }
+                ]
+            },
+            "router": {
+                "route": {},
+                "gateway": {},
+                "scheduler": {"config": {"ref": {"name": CONFIGMAP, "key": "epp"}}},
+            },
+        },
+    }
+
+
+TIER = {
+    "mode": "Apply",
+    "targetRef": {"kind": "LLMInferenceService", "name": "qwen"},
+    "workload": {"averageContextTokens": 50000, "concurrentSessions": 64},
+    "disk": {"type": "None"},
+}
+
+
+def _read(api: client.ApiClient, ns: str) -> dict[str, Any]:
+    found: dict[str, Any] = Kube(api).request(
+        "GET", f"/api/v1/namespaces/{ns}/configmaps/{CONFIGMAP}"
+    )
+    return found
+
+
+def _argo_configmap(api: client.ApiClient, ns: str, manifest: dict[str, Any]) -> None:
+    """One Argo CD self-heal sync of the ConfigMap (RespectIgnoreDifferences)."""
+    try:
+        current = _read(api, ns)
+    except client.ApiException as exc:
+        if exc.status != 404:
+            raise
+        current = {}
+    body = respecting_ignored(manifest, current) if current else copy.deepcopy(manifest)
+    body["metadata"] = {**body["metadata"], "namespace": ns}
+    Kube(api).request(
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/configmaps/{CONFIGMAP}",
+        json.dumps(body),
+        content_type="application/apply-patch+yaml",
+        query={"fieldManager": ARGO, "force": "true"},
+    )
+
+
+def _opt_in(api: client.ApiClient, ns: str) -> None:
+    """The platform team's grant: the rendered opt-in Role and RoleBinding, for `ns`."""
+    for doc in yaml.safe_load_all(OPT_IN.read_text()):
+        doc["metadata"]["namespace"] = ns
+        rbac = client.RbacAuthorizationV1Api(api)
+        if doc["kind"] == "Role":
+            rbac.create_namespaced_role(ns, doc)
+        else:
+            rbac.create_namespaced_role_binding(ns, doc)
+
+
+def _cpu_parameters(text: str) -> dict[str, Any]:
+    plugins = yaml.safe_load(text)["plugins"]
+    found: dict[str, Any] = next(p for p in plugins if p.get("name") == "cpu-prefix-cache-scorer")
+    return dict(found["parameters"])
+
+
+@pytest.fixture(scope="module")
+def namespaces(admin_api: client.ApiClient, operator: OperatorProcess) -> dict[str, str]:
+    """An opted-in and a closed namespace, each with the user's ConfigMap and model server
+    (synced by Argo CD) and one tier."""
+    apply_policy(admin_api, POLICY)
+    out = {
+        "opted": new_namespace(admin_api, "epp-opted"),
+        "closed": new_namespace(admin_api, "epp-closed"),
+    }
+    _opt_in(admin_api, out["opted"])
+    for ns in out.values():
+        _argo_configmap(admin_api, ns, _configmap())
+        argo_sync(admin_api, ns, _server())
+        create_tier(admin_api, ns, "qwen", TIER)
+    for ns in out.values():
+        wait_condition(admin_api, ns, "qwen", "Applied", "True", timeout=120)
+    return out
+
+
+def _blocks(api: client.ApiClient, ns: str) -> int:
+    (decode,) = get_tier(api, ns, "qwen")["status"]["plan"]["roles"]
+    blocks: int = decode["cpuTierBlocks"]
+    return blocks
+
+
+def test_an_opted_in_namespace_gets_kvtiers_block_count_in_the_users_text(
+    admin_api: client.ApiClient, namespaces: dict[str, str]
+) -> None:
+    ns = namespaces["opted"]
+    tier = wait_condition(admin_api, ns, "qwen", "SchedulerSynced", "True", timeout=60)
+    blocks = _blocks(admin_api, ns)
+    assert blocks > 0
+    assert tier["status"]["plan"]["scheduler"] == {
+        "plugin": "cpu-prefix-cache-scorer",
+        "blockSizeTokens": 16,
+        "lruCapacityPerServer": blocks,
+        "roles": ["decode"],
+    }
+    stored = _read(admin_api, ns)
+    # Byte for byte the user's text but the one value (comments and flow maps kept).
+    assert stored["data"]["epp"] == EPP.replace("41000", str(blocks))
+    assert stored["data"]["README"] == "the router's config"
+    record = json.loads(stored["metadata"]["annotations"][RECORD_ANNOTATION])
+    assert record["lruCapacityPerServer"] == {"base": 41000, "applied": blocks}
+    message = next(c for c in tier["status"]["conditions"] if c["type"] == "SchedulerSynced")
+    assert f"ConfigMap {CONFIGMAP} key epp" in message["message"]
+    # The model server itself carries no scheduler record: the ConfigMap holds it.
+    server = live(admin_api, ns, _server())
+    assert "scheduler" not in json.loads(server["metadata"]["annotations"][APPLIED])
+
+
+def test_a_closed_namespace_gets_the_value_and_the_grant_and_nothing_is_written(
+    admin_api: client.ApiClient, namespaces: dict[str, str]
+) -> None:
+    ns = namespaces["closed"]
+    tier = wait_condition(
+        admin_api, ns, "qwen", "SchedulerSynced", "False", "SchedulerConfigRef", timeout=60
+    )
+    message = next(c for c in tier["status"]["conditions"] if c["type"] == "SchedulerSynced")
+    assert f"lruCapacityPerServer: {_blocks(admin_api, ns)}" in message["message"]
+    assert GRANT_VALUE in message["message"] and "(403)" in message["message"]
+    stored = _read(admin_api, ns)
+    assert stored["data"]["epp"] == EPP
+    assert RECORD_ANNOTATION not in (stored["metadata"].get("annotations") or {})
+    assert [m["manager"] for m in stored["metadata"]["managedFields"]] == [ARGO]
+    assert "scheduler" not in tier["status"]["plan"]
+
+
+def _can(api: client.ApiClient, verb: str, resource: str, ns: str) -> bool:
+    review = client.V1SelfSubjectAccessReview(
+        spec=client.V1SelfSubjectAccessReviewSpec(
+            resource_attributes=client.V1ResourceAttributes(
+                verb=verb, resource=resource, namespace=ns
+            )
+        )
+    )
+    result = client.AuthorizationV1Api(api).create_self_subject_access_review(review)
+    return bool(result.status.allowed)
+
+
+def test_the_operator_may_patch_configmaps_only_where_opted_in(
+    operator_api: client.ApiClient, namespaces: dict[str, str]
+) -> None:
+    assert _can(operator_api, "patch", "configmaps", namespaces["opted"])
+    for ns in (namespaces["closed"], "default", "kube-system", "kvtier-system"):
+        assert not _can(operator_api, "patch", "configmaps", ns), ns
+    for verb in ("get", "list", "patch"):
+        assert not _can(operator_api, verb, "secrets", namespaces["opted"]), verb
+    for verb in ("create", "delete", "update"):
+        assert not _can(operator_api, verb, "configmaps", namespaces["opted"]), verb
+    # A real 403, as the operator itself got it.
+    with pytest.raises(client.ApiException) as denied:
+        Kube(operator_api).json_patch(
+            "v1",
+            "ConfigMap",
+            CONFIGMAP,
+            namespaces["closed"],
+            [{"op": "test", "path": "/data", "value": {}}],
+        )
+    assert denied.value.status == 403
+
+
+def test_argo_re_applies_cause_no_write(
+    cluster: LocalCluster, admin_api: client.ApiClient, namespaces: dict[str, str]
+) -> None:
+    ns = namespaces["opted"]
+    wait_condition(admin_api, ns, "qwen", "SchedulerSynced", "True", timeout=60)
+    before = _read(admin_api, ns)
+    time.sleep(2)
+    start = time.time()
+    for _ in range(ROUNDS):
+        _argo_configmap(admin_api, ns, _configmap())
+        argo_sync(admin_api, ns, _server())
+    time.sleep(3)
+    names: list[str] = []
+    writes = audit.writes(cluster.audit_log, since=start, names=names, namespace=ns)
+    assert (
+        sum(n for (_, res), n in writes.items() if res in ("configmaps", "llminferenceservices"))
+        == 0
+    ), names
+    after = _read(admin_api, ns)
+    assert after["data"] == before["data"]
+    assert after["metadata"]["annotations"] == before["metadata"]["annotations"]
+    # Without the ConfigMap's ignoreDifferences a sync takes the value back: kvtier writes
+    # it again (this is the war deploy/argocd/application.yaml prevents).
+    _argo_configmap_plain(admin_api, ns)
+    eventually(
+        lambda: _read(admin_api, ns)["data"]["epp"] == before["data"]["epp"],
+        what="kvtier's value back",
+    )
+
+
+def _argo_configmap_plain(api: client.ApiClient, ns: str) -> None:
+    body = {**_configmap(), "metadata": {"name": CONFIGMAP, "namespace": ns}}
+    Kube(api).request(
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/configmaps/{CONFIGMAP}",
+        json.dumps(body),
+        content_type="application/apply-patch+yaml",
+        query={"fieldManager": ARGO, "force": "true"},
+    )
+
+
+def test_a_concurrent_edit_is_not_clobbered(
+    admin_api: client.ApiClient, operator_api: client.ApiClient, namespaces: dict[str, str]
+) -> None:
+    ns = namespaces["opted"]
+    tier = wait_condition(admin_api, ns, "qwen", "SchedulerSynced", "True", timeout=60)
+    blocks = _blocks(admin_api, ns)
+    # kvtier reads the ConfigMap with the user's value back in it (git's text) and renders
+    # its patch, by the operator's own functions; the user edits the text before it arrives.
+    read = _read(admin_api, ns)
+    read["data"]["epp"] = EPP
+    (plan,) = tier["status"]["plan"]["roles"]
+    per_token = tier["status"]["sizing"]["bytesPerToken"]
+    cpu = plan["cpuBytesToUse"]
+    decode = RoleOffload("decode", ("template",), {}, cpu, 0, None, per_token, cpu)
+    sync = configmap_sync(live(admin_api, ns, _server()), read, [decode], tier_id(ns, "qwen"))
+    assert isinstance(sync, SchedulerSync) and sync.capacity == blocks
+    (write,) = configmap_writes(read, sync, tier_id(ns, "qwen"))
+    edited = EPP.replace("weight: 2", "weight: 3")
+    replace = [{"op": "replace", "path": "/data/epp", "value": edited}]
+    Kube(admin_api).json_patch("v1", "ConfigMap", CONFIGMAP, ns, replace)
+    with pytest.raises(client.ApiException) as refused:
+        Kube(operator_api).json_patch("v1", "ConfigMap", CONFIGMAP, ns, write.body["jsonPatch"])
+    assert refused.value.status == 422  # the test op on the exact text read
+    # The running operator re-reads: the user's edit stays, kvtier's value comes back in it.
+    want = edited.replace("41000", str(blocks))
+    eventually(lambda: _read(admin_api, ns)["data"]["epp"] == want, what="edit kept, value set")
+
+
+def test_deleting_the_tier_gives_the_users_text_back_exactly(
+    admin_api: client.ApiClient, namespaces: dict[str, str]
+) -> None:
+    ns = namespaces["opted"]
+    wait_condition(admin_api, ns, "qwen", "SchedulerSynced", "True", timeout=60)
+    text = _read(admin_api, ns)["data"]["epp"]
+    user_text = text.replace(
+        f"lruCapacityPerServer: {_blocks(admin_api, ns)}", "lruCapacityPerServer: 41000"
+    )
+    assert user_text != text
+    client.CustomObjectsApi(admin_api).delete_namespaced_custom_object(
+        "kvcache.io", "v1alpha1", ns, "kvcachetiers", "qwen"
+    )
+    restored = eventually(
+        lambda: (
+            (c := _read(admin_api, ns))
+            and RECORD_ANNOTATION not in (c["metadata"].get("annotations") or {})
+            and c
+        ),
+        what="the record gone",
+    )
+    assert restored["data"]["epp"] == user_text
+    assert _cpu_parameters(restored["data"]["epp"]) == {
+        "autoTune": False,
+        "lruCapacityPerServer": 41000,
+    }
+    # The closed namespace's ConfigMap was never touched.
+    assert _read(admin_api, namespaces["closed"])["data"]["epp"] == EPP
