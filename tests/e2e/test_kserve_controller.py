@@ -12,10 +12,12 @@ controller writes is compared with what the oracle harness renders for the same 
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +33,8 @@ from kvtier.render.naming import DSHM_VOLUME
 from kvtier.render.quantities import quantity_to_bytes
 from localcluster import LocalCluster
 from tests.conftest import api_client
-from tests.e2e.conftest import create_target, own_cluster
+from tests.e2e import audit
+from tests.e2e.conftest import create_target, llm_inference_service, own_cluster
 from tests.e2e.kube_helpers import (
     apply_policy,
     create_tier,
@@ -44,7 +47,7 @@ from tests.e2e.kube_helpers import (
 from tests.e2e.operator_process import OperatorProcess
 from tests.e2e.test_kserve_offload import VLLM, oracle, render
 from tests.e2e.test_llmd_roles import USER_MEMORY, WORKLOADS, _tier, multi_node, prefill_decode
-from tests.e2e.test_operator_apply import POLICY, POOL, STUDY
+from tests.e2e.test_operator_apply import NEMOTRON, POLICY, POOL, STUDY
 
 __all__ = ["oracle"]  # the fixture that builds the oracle harness (test_kserve_offload.py)
 
@@ -340,3 +343,59 @@ def test_llmd_roles_deployed_by_kserve_carry_each_roles_figures(
         api, ns, name, lambda w: all(memory(w[k]) == USER_MEMORY for k in template_of), "given back"
     )
     assert {k: back[k] for k in template_of} == {k: original[k] for k in template_of}
+
+
+def test_kserves_webhooks_are_served(stack: Stack) -> None:
+    """The apiserver calls KServe's own webhooks on the manager: conversion for both served
+    versions, defaulting (spec.model.name) and validation (a worker without data or pipeline
+    parallelism, which the schema admits)."""
+    api = stack.api
+    crd = client.ApiextensionsV1Api(api).read_custom_resource_definition(
+        "llminferenceservices.serving.kserve.io"
+    )
+    assert crd.spec.conversion.strategy == "Webhook"
+    assert crd.spec.conversion.webhook.client_config.url.endswith("/convert")
+    ns = new_namespace(api, "kserve-hooks")
+    create_target(api, ns, llm_inference_service("plain", tp=8, model_uri=NEMOTRON))
+    assert stored(api, ns, "plain")["spec"]["model"]["name"] == "plain"
+    v1alpha1 = _get(api, f"/apis/serving.kserve.io/v1alpha1/namespaces/{ns}/llminferenceservices")
+    assert [o["apiVersion"] for o in v1alpha1["items"]] == ["serving.kserve.io/v1alpha1"]
+
+    bad = llm_inference_service("bad", tp=8, model_uri=NEMOTRON)
+    bad["spec"]["worker"] = copy.deepcopy(bad["spec"]["template"])
+    with pytest.raises(client.ApiException) as refused:
+        create_target(api, ns, bad)
+    status = json.loads(refused.value.body)
+    hook = "llminferenceservice.kserve-webhook-server.v1alpha2.validator"
+    assert status["message"].startswith(f'admission webhook "{hook}" denied'), status
+    [cause] = status["details"]["causes"]
+    assert cause["field"] == "spec.worker" and "parallelism must be configured" in cause["message"]
+
+
+def test_no_write_war_with_kserves_controller(stack: Stack) -> None:
+    """A router-less object (the oracle harness cannot render one: KServe's reconciler asks
+    the API server's discovery for the v1alpha2 InferencePool, and the harness has no server)
+    with a CPU tier: KServe's Deployment gets the flag, and once both controllers settled,
+    kvtier writes nothing more while KServe goes on reconciling its status."""
+    api, name = stack.api, "plain"
+    ns = new_namespace(api, "kserve-quiet")
+    create_target(api, ns, llm_inference_service(name, tp=8, model_uri=NEMOTRON))
+    create_tier(api, ns, name, _tier(name))
+    tier = wait_condition(api, ns, name, "Ready", "True", "Applied", timeout=120)
+    key = ("Deployment", f"{name}-kserve", "pod")
+
+    def flag(w: dict[tuple[str, str, str], Any]) -> Any:
+        return key in w and kv_transfer_config(vllm_argv(container(w[key])))
+
+    real = settled(api, ns, name, flag, "the Deployment with kvtier's flag")
+    extra = kv_transfer_config(vllm_argv(container(real[key])))[EXTRA]
+    assert extra["cpu_bytes_to_use"] == tier["status"]["sizing"]["cpuBytesToUse"]
+
+    generation = stored(api, ns, name)["metadata"]["generation"]
+    time.sleep(3)
+    start = time.time()
+    time.sleep(20)
+    names: list[str] = []
+    writes = audit.writes(stack.cluster.audit_log, since=start, names=names, namespace=ns)
+    assert sum(n for (_, res), n in writes.items() if res == "llminferenceservices") == 0, names
+    assert stored(api, ns, name)["metadata"]["generation"] == generation
