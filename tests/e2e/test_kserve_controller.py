@@ -365,7 +365,7 @@ def test_kserves_webhooks_are_served(stack: Stack) -> None:
     bad["spec"]["worker"] = copy.deepcopy(bad["spec"]["template"])
     with pytest.raises(client.ApiException) as refused:
         create_target(api, ns, bad)
-    status = json.loads(refused.value.body)
+    status = json.loads(str(refused.value.body))
     hook = "llminferenceservice.kserve-webhook-server.v1alpha2.validator"
     assert status["message"].startswith(f'admission webhook "{hook}" denied'), status
     [cause] = status["details"]["causes"]
