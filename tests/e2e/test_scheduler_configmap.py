@@ -43,6 +43,7 @@ from tests.e2e.kube_helpers import (
     wait_condition,
 )
 from tests.e2e.operator_process import OperatorProcess
+from tests.e2e.test_chart import CHART, helm
 from tests.e2e.test_operator_apply import POLICY
 from tests.e2e.test_real_contracts import APPLIED, ARGO, argo_sync, live, respecting_ignored
 
@@ -362,3 +363,51 @@ def test_deleting_the_tier_gives_the_users_text_back_exactly(
     }
     # The closed namespace's ConfigMap was never touched.
     assert _read(admin_api, namespaces["closed"])["data"]["epp"] == EPP
+
+
+def _rendered(cluster: LocalCluster, *sets: str) -> list[dict[str, Any]]:
+    args = [a for s in sets for a in ("--set", s)]
+    out = helm(cluster, "template", "kvtier-operator", str(CHART), "-n", "kvtier-system", *args)
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def test_the_chart_grants_each_listed_namespace_alone(cluster: LocalCluster) -> None:
+    """A Role and RoleBinding per opted-in namespace, with get and patch on ConfigMaps only;
+    none by default; the ClusterRole never changes ConfigMaps; a bad name is refused."""
+    docs = _rendered(cluster, "schedulerConfigMaps.namespaces={team-a,team-b}")
+    grants = [d for d in docs if d["metadata"]["name"].endswith("-scheduler-configmaps")]
+    assert sorted((d["kind"], d["metadata"]["namespace"]) for d in grants) == [
+        ("Role", "team-a"),
+        ("Role", "team-b"),
+        ("RoleBinding", "team-a"),
+        ("RoleBinding", "team-b"),
+    ]
+    for d in grants:
+        if d["kind"] == "Role":
+            assert d["rules"] == [
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}
+            ]
+        else:
+            assert d["subjects"] == [
+                {"kind": "ServiceAccount", "name": "kvtier-operator", "namespace": "kvtier-system"}
+            ]
+    default = _rendered(cluster)
+    assert not [d for d in default if d["metadata"]["name"].endswith("-scheduler-configmaps")]
+    (cluster_role,) = [
+        d
+        for d in default
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "kvtier-operator"
+    ]
+    for rule in cluster_role["rules"]:
+        if "configmaps" in rule.get("resources", []):
+            assert set(rule["verbs"]) <= {"get", "list", "watch"}, rule
+    proc = helm(
+        cluster,
+        "template",
+        "x",
+        str(CHART),
+        "--set",
+        "schedulerConfigMaps.namespaces={Bad_NS}",
+        check=False,
+    )
+    assert proc.returncode != 0 and "/schedulerConfigMaps/namespaces/0" in proc.stderr, proc.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -36,7 +37,7 @@ def _controller() -> Controller:
 
 
 def _target(ref: str | None) -> dict[str, Any]:
-    config = {"ref": {"name": ref, "key": "epp"}} if ref else {"inline": {"plugins": []}}
+    config: dict[str, Any] = {"ref": {"name": ref, "key": "epp"}} if ref else {"inline": {}}
     return {
         "apiVersion": VERSION,
         "kind": "LLMInferenceService",
@@ -98,7 +99,8 @@ def test_a_403_holds_the_write_back_until_the_configmap_changes_or_time_passes(
     controller.cache.set_configmap(configmap, deleted=False)
     write = DesiredWrite("Patch", "v1", "ConfigMap", "epp-config", "llm", {"jsonPatch": []}, "")
     now = [1000.0]
-    monkeypatch.setattr(controller_module.time, "monotonic", lambda: now[0])
+    clock = SimpleNamespace(monotonic=lambda: now[0])
+    monkeypatch.setattr("kvtier.handlers.controller.time", clock)
     tier = controller.cache.tiers[KEY]
 
     async def forbid() -> None:  # the retry is scheduled on the running loop
