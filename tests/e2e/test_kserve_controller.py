@@ -77,11 +77,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     every other test's LLMInferenceService), KServe's manager and kvtier's operator on it."""
     logs = tmp_path_factory.mktemp("kserve-controller")
     with own_cluster("kserve-ctl") as cluster:
-        kserve = KServeController(cluster, logs).start()
-        api = api_client(cluster.admin_kubeconfig)
-        apply_policy(api, POLICY)
-        operator = OperatorProcess(cluster, logs / "operator.log").start()
+        kserve = KServeController(cluster, logs)
+        operator = OperatorProcess(cluster, logs / "operator.log")
         try:
+            kserve.start()
+            api = api_client(cluster.admin_kubeconfig)
+            apply_policy(api, POLICY)
+            operator.start()
             yield Stack(cluster, api, kserve, operator)
         finally:
             operator.stop()
@@ -199,6 +201,7 @@ def assert_oracle_agrees(oracle: Path, api: client.ApiClient, ns: str, name: str
     real = workloads(api, ns, name)
     rendered = {(w["kind"], w["name"], w["role"]): w for w in out["workloads"]}
     assert rendered.keys() == real.keys()
+    argvs = 0
     for key, workload in rendered.items():
         pod = real[key]
         volumes = sorted(v["name"] for v in pod.get("volumes") or [])
@@ -213,6 +216,9 @@ def assert_oracle_agrees(oracle: Path, api: client.ApiClient, ns: str, name: str
             assert ctr["resources"] == ours.get("resources", {}), key
             if ctr.get("vllmArgv"):
                 assert ctr["vllmArgv"] == vllm_argv(ours), (key, ctr["name"])
+                argvs += 1
+    # Every vLLM pod's command line was compared (the scheduler's runs no vllm).
+    assert argvs == sum(any(c["name"] == "main" for c in p["containers"]) for p in real.values())
 
 
 def test_kserve_deploys_kvtiers_nvme_tier_and_gives_the_original_back(
