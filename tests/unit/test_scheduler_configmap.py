@@ -13,6 +13,8 @@ from typing import Any
 import jsonpatch
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvtier.policy.scheduler import configmap_step, referenced_configmap, scheduler_verdict
 from kvtier.render.roles import RoleOffload
@@ -307,3 +309,48 @@ def test_synced_only_once_the_configmap_holds_kvtiers_values() -> None:
     verdict = scheduler_verdict(_sync(after), _target(), after)
     assert verdict is not None and (verdict.status, verdict.reason) == ("True", "SchedulerSynced")
     assert "ConfigMap epp-config key epp" in verdict.message and "start-up" in verdict.message
+
+
+_OTHER = st.dictionaries(
+    st.sampled_from(["maxPrefixBlocksToMatch", "blockSizeTokens", "lruCapacityPerServer"]),
+    st.integers(min_value=1, max_value=10**6),
+    max_size=3,
+)
+
+
+def _layout(params: dict[str, Any] | None, flow: bool, comment: bool) -> str:
+    """The guide's config with the CPU scorer's parameters written in one of the styles."""
+    lines = [
+        "plugins:",
+        "- type: prefix-cache-scorer",
+        "  name: cpu-prefix-cache-scorer" + ("  # the CPU tier" if comment else ""),
+    ]
+    if params is not None and flow:
+        inner = ", ".join(f"{k}: {v}" for k, v in params.items())
+        lines.append(f"  parameters: {{{inner}}}")
+    elif params is not None and params:
+        lines += ["  parameters:", *(f"    {k}: {v}" for k, v in params.items())]
+    lines += ["schedulingProfiles:", "- name: default", "  plugins: [{pluginRef: x}]"]
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    params=st.one_of(st.none(), _OTHER),
+    flow=st.booleans(),
+    comment=st.booleans(),
+    capacity=st.integers(min_value=1, max_value=10**7),
+)
+def test_any_layout_gets_kvtiers_values_and_back_byte_for_byte(
+    params: dict[str, Any] | None, flow: bool, comment: bool, capacity: int
+) -> None:
+    if params == {} and not flow:
+        params = None  # an empty block map is no map at all
+    text = _layout(params, flow, comment)
+    want = {**(params or {}), "lruCapacityPerServer": capacity, "autoTune": False}
+    edited = edit_parameters(text, CPU_SCORER, want)
+    assert _params(edited) == want
+    assert edit_parameters(edited, CPU_SCORER, want) == edited  # in step: no change
+    if comment:
+        assert "# the CPU tier" in edited  # edited in place, not written anew
+    assert edit_parameters(edited, CPU_SCORER, params) == text
