@@ -3,8 +3,8 @@
 identity: in a namespace the platform team opted in (deploy/manifests/opt-in, the chart's
 Role) kvtier writes its block count into the key's text and nothing else; elsewhere the API
 server answers 403 and the condition gives the value and the grant, nothing written; Argo CD
-re-applies cause no write war; a concurrent edit is not clobbered; deleting the tier gives the
-user's text back byte for byte.
+re-applies cause no write war; a concurrent edit is not clobbered; a ConfigMap the server no
+longer names gets its text back; deleting the tier gives the user's text back byte for byte.
 
 Argo CD is played as in test_real_contracts.py: a forced apply by its manager, the live values
 of the fields deploy/argocd/application.yaml ignores carried into the manifest.
@@ -124,10 +124,8 @@ TIER = {
 }
 
 
-def _read(api: client.ApiClient, ns: str) -> dict[str, Any]:
-    found: dict[str, Any] = Kube(api).request(
-        "GET", f"/api/v1/namespaces/{ns}/configmaps/{CONFIGMAP}"
-    )
+def _read(api: client.ApiClient, ns: str, name: str = CONFIGMAP) -> dict[str, Any]:
+    found: dict[str, Any] = Kube(api).request("GET", f"/api/v1/namespaces/{ns}/configmaps/{name}")
     return found
 
 
@@ -333,6 +331,49 @@ def test_a_concurrent_edit_is_not_clobbered(
     # The running operator re-reads: the user's edit stays, kvtier's value comes back in it.
     want = edited.replace("41000", str(blocks))
     eventually(lambda: _read(admin_api, ns)["data"]["epp"] == want, what="edit kept, value set")
+
+
+def _moved(name: str) -> dict[str, Any]:
+    server = _server()
+    server["spec"]["router"]["scheduler"]["config"]["ref"]["name"] = name
+    return server
+
+
+def test_a_configmap_the_server_no_longer_names_gets_the_users_text_back(
+    admin_api: client.ApiClient, namespaces: dict[str, str]
+) -> None:
+    ns = namespaces["opted"]
+    wait_condition(admin_api, ns, "qwen", "SchedulerSynced", "True", timeout=60)
+    blocks = _blocks(admin_api, ns)
+    text = _read(admin_api, ns)["data"]["epp"]
+    user_text = text.replace(f"lruCapacityPerServer: {blocks}", "lruCapacityPerServer: 41000")
+    other = {**_configmap(), "metadata": {"name": "qwen-epp-v2"}}
+    Kube(admin_api).request(
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/configmaps/qwen-epp-v2",
+        json.dumps({**other, "metadata": {"name": "qwen-epp-v2", "namespace": ns}}),
+        content_type="application/apply-patch+yaml",
+        query={"fieldManager": ARGO, "force": "true"},
+    )
+    argo_sync(admin_api, ns, _moved("qwen-epp-v2"))
+
+    def moved() -> bool:
+        old, new = _read(admin_api, ns), _read(admin_api, ns, "qwen-epp-v2")
+        return (
+            old["data"]["epp"] == user_text
+            and RECORD_ANNOTATION not in (old["metadata"].get("annotations") or {})
+            and new["data"]["epp"] == EPP.replace("41000", str(blocks))
+        )
+
+    eventually(moved, what="the old ConfigMap given back, the new one written")
+    argo_sync(admin_api, ns, _server())  # back to the first: the second is given back
+    eventually(
+        lambda: (
+            _read(admin_api, ns, "qwen-epp-v2")["data"]["epp"] == EPP
+            and _read(admin_api, ns)["data"]["epp"] == text
+        ),
+        what="the ref back",
+    )
 
 
 def test_deleting_the_tier_gives_the_users_text_back_exactly(
