@@ -334,6 +334,75 @@ def test_kserve_deploys_kvtiers_nvme_tier_and_gives_the_original_back(
     assert back == original
 
 
+def test_kserve_mounts_kvtiers_cephfs_claim_on_every_replica(stack: Stack, oracle: Path) -> None:
+    """Three replicas share a CephFS tier: KServe's Deployment mounts kvtier's claim by name at
+    the flag's root_dir, its vLLM gets kvtier's cpu_bytes_to_use and every replica kvtier's
+    PYTHONHASHSEED; all of it goes with the tier."""
+    api, user = stack.api, yaml.safe_load(EXAMPLE.read_text())
+    name = user["metadata"]["name"]
+    ns = new_namespace(api, "kserve-cephfs")
+    user["metadata"]["namespace"] = ns
+    user["spec"]["replicas"] = 3
+    create_target(api, ns, user)
+    key = ("Deployment", f"{name}-kserve", "pod")
+    original = settled(api, ns, name, lambda w: key in w, f"KServe's Deployment {key[1]}")
+
+    create_tier(
+        api,
+        ns,
+        name,
+        {
+            "mode": "Apply",
+            "targetRef": {"kind": "LLMInferenceService", "name": name},
+            "workload": {"averageContextTokens": 50000, "concurrentSessions": 96},
+            "disk": {"type": "CephFS", "cephfs": {"size": "2Ti"}},
+            "probe": {"enabled": False},
+        },
+    )
+    tier = wait_condition(api, ns, name, "Provisioned", "False", "ClaimPending")
+    [claim] = [t["claimName"] for t in tier["status"]["tiers"] if t["name"] == "cephfs"]
+    # Play the CephFS provisioner: a matching PV; kube-controller-manager binds it.
+    client.CoreV1Api(api).create_persistent_volume(
+        client.V1PersistentVolume(
+            metadata=client.V1ObjectMeta(name=f"cephfs-{ns}"),
+            spec=client.V1PersistentVolumeSpec(
+                capacity={"storage": "2Ti"},
+                access_modes=["ReadWriteMany"],
+                storage_class_name=POLICY["cephfs"]["storageClassName"],
+                persistent_volume_reclaim_policy="Delete",
+                csi=client.V1CSIPersistentVolumeSource(
+                    driver="openshift-storage.cephfs.csi.ceph.com", volume_handle=f"vol-{ns}"
+                ),
+            ),
+        )
+    )
+    tier = wait_condition(api, ns, name, "Ready", "True", "Applied", timeout=120)
+
+    def mounts_claim(w: dict[tuple[str, str, str], Any]) -> bool:
+        volumes = w[key].get("volumes") or []
+        return any(v.get("persistentVolumeClaim", {}).get("claimName") == claim for v in volumes)
+
+    spec = settled(api, ns, name, mounts_claim, "the Deployment mounting the claim")[key]
+    main = container(spec)
+    flag = kv_transfer_config(vllm_argv(main))
+    assert flag[EXTRA]["cpu_bytes_to_use"] == tier["status"]["sizing"]["cpuBytesToUse"]
+    [fs] = flag[EXTRA]["secondary_tiers"]
+    [mount] = [m for m in main["volumeMounts"] if m["mountPath"] == fs["root_dir"]]
+    [volume] = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert volume["persistentVolumeClaim"] == {"claimName": claim}
+    env = {e["name"]: e.get("value") for e in main["env"]}
+    [ours] = stored(api, ns, name)["spec"]["template"]["containers"]
+    assert (
+        env["PYTHONHASHSEED"] == {e["name"]: e.get("value") for e in ours["env"]}["PYTHONHASHSEED"]
+    )
+
+    assert_oracle_agrees(oracle, api, ns, name)
+
+    delete_tier(api, ns, name)
+    back = settled(api, ns, name, lambda w: not mounts_claim(w), "the Deployment without it")
+    assert back == original
+
+
 def delete_tier(api: client.ApiClient, ns: str, name: str) -> None:
     client.CustomObjectsApi(api).delete_namespaced_custom_object(
         "kvcache.io", "v1alpha1", ns, "kvcachetiers", name
