@@ -275,6 +275,8 @@ def test_kserve_deploys_kvtiers_nvme_tier_and_gives_the_original_back(
     key = ("Deployment", f"{name}-kserve", "pod")
     original = settled(api, ns, name, lambda w: key in w, f"KServe's Deployment {key[1]}")
     assert KV_FLAG not in vllm_argv(container(original[key]))
+    deployment = f"/apis/apps/v1/namespaces/{ns}/deployments/{key[1]}"
+    template_meta = _get(api, deployment)["spec"]["template"]["metadata"]
 
     create_tier(
         api,
@@ -332,6 +334,7 @@ def test_kserve_deploys_kvtiers_nvme_tier_and_gives_the_original_back(
     delete_tier(api, ns, name)
     back = settled(api, ns, name, lambda w: not has_tier(w), "the Deployment without the tier")
     assert back == original
+    assert _get(api, deployment)["spec"]["template"]["metadata"] == template_meta
 
 
 def test_kserve_mounts_kvtiers_cephfs_claim_on_every_replica(stack: Stack, oracle: Path) -> None:
