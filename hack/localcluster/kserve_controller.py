@@ -13,13 +13,13 @@ modules KServe's go.mod requires, never written by hand:
   ``kserve`` namespace, as a token kubeconfig;
 - its configuration: config/configmap/inferenceservice.yaml and the config/llmisvcconfig
   presets, in ``kserve``;
-- its webhooks, served for real: the manager serves them on 127.0.0.1 with a certificate from a
-  throwaway CA; config/webhook/llmisvc's Mutating/ValidatingWebhookConfigurations and
-  config/crd/full/llmisvc's conversion patches are registered with their service references
-  turned into that URL (the only change made to KServe's manifests).
+- its webhooks, served for real: the manager serves them on a free port with a certificate
+  from a throwaway CA, and config/webhook/llmisvc's Mutating/ValidatingWebhookConfigurations
+  and config/crd/full/llmisvc's conversion patches are registered with each service reference
+  turned into https://127.0.0.1:<port> (the only change made to KServe's manifests).
 
 Not run: leader election (one replica), the metrics endpoint, cert-manager (the CA above
-plays its part).
+plays its part); on the cluster, no LeaderWorkerSet controller and no gateway.
 """
 
 from __future__ import annotations
