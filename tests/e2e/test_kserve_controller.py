@@ -1,6 +1,7 @@
 """KServe's own LLMInferenceService controller on the local control plane, beside kvtier's
-operator: the Deployment KServe writes for an LLMInferenceService v1alpha2 carries the tier
-kvtier sized, and goes back to KServe's rendering of the user's object when the tier goes.
+operator: the Deployment and LeaderWorkerSets KServe writes for an LLMInferenceService carry
+the tier kvtier sized, and go back to KServe's rendering of the user's object when the tier
+goes.
 
 The manager is KServe v0.20.0's cmd/llmisvc, built from its module
 (``hack/oracles/kserve/build --controller``) and run as a process with the identity, CRDs,
@@ -31,6 +32,7 @@ from kserve_controller import KServeController
 from kvtier.kube.rest import Kube
 from kvtier.render.naming import DSHM_VOLUME
 from kvtier.render.quantities import quantity_to_bytes
+from kvtier.render.targets import KV_FLAG
 from localcluster import LocalCluster
 from tests.conftest import api_client
 from tests.e2e import audit
@@ -54,7 +56,6 @@ __all__ = ["oracle"]  # the fixture that builds the oracle harness (test_kserve_
 # A cold build of the manager downloads KServe's module graph (minutes on a fresh cache).
 pytestmark = pytest.mark.timeout(1800)
 
-KV_FLAG = "--kv-transfer-config"
 EXTRA = "kv_connector_extra_config"
 # LeaderWorkerSet's controller puts the leader's address in every pod of a group (none runs
 # here): the commands are run with it, as test_llmd_roles.py runs the oracle.
