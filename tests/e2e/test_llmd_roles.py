@@ -113,7 +113,11 @@ def prefill_decode() -> dict[str, Any]:
             "router": {
                 "route": {},
                 "gateway": {},
-                "scheduler": {"config": {"inline": _epp_config()}},
+                # A 0.8 picker, whose scorer takes the capacity (KServe drops it from 0.9.0).
+                "scheduler": {
+                    "annotations": {"app.kubernetes.io/version": "0.8.0"},
+                    "config": {"inline": _epp_config()},
+                },
             },
         },
     }

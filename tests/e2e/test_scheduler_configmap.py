@@ -110,13 +110,17 @@ def _server() -> dict[str, Any]:
             "router": {
                 "route": {},
                 "gateway": {},
-                "scheduler": {"config": {"ref": {"name": CONFIGMAP, "key": "epp"}}},
+                "scheduler": {
+                    # A 0.8 picker, whose scorer takes the capacity (KServe drops it from 0.9.0).
+                    "annotations": {"app.kubernetes.io/version": "0.8.0"},
+                    "config": {"ref": {"name": CONFIGMAP, "key": "epp"}},
+                },
             },
         },
     }
 
 
-TIER = {
+TIER: dict[str, Any] = {
     "mode": "Apply",
     "targetRef": {"kind": "LLMInferenceService", "name": "qwen"},
     "workload": {"averageContextTokens": 50000, "concurrentSessions": 64},

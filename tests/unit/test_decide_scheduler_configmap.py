@@ -32,7 +32,12 @@ schedulingProfiles:
 
 def _target() -> dict[str, Any]:
     target = llmisvc()
-    target["spec"]["router"] = {"scheduler": {"config": {"ref": {"name": "epp", "key": "epp"}}}}
+    target["spec"]["router"] = {
+        "scheduler": {
+            "annotations": {"app.kubernetes.io/version": "0.8.0"},  # a 0.8 picker
+            "config": {"ref": {"name": "epp", "key": "epp"}},
+        }
+    }
     return target
 
 

@@ -384,7 +384,12 @@ def test_decide_reports_every_role_and_the_scheduler() -> None:
     from tests.unit.test_render_scheduler import epp_config
 
     obj = prefill_decode()
-    obj["spec"]["router"] = {"scheduler": {"config": {"inline": epp_config(pd=True)}}}
+    obj["spec"]["router"] = {
+        "scheduler": {
+            "annotations": {"app.kubernetes.io/version": "0.8.0"},  # a 0.8 picker
+            "config": {"inline": epp_config(pd=True)},
+        }
+    }
     decision = _decide(obj)
     roles = decision.status["plan"]["roles"]
     assert [r["role"] for r in roles] == ["decode", "prefill"]

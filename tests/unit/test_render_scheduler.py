@@ -14,6 +14,7 @@ import pytest
 from kvtier.render.roles import RoleOffload
 from kvtier.render.scheduler import (
     CPU_SCORER,
+    DROPPED_REASON,
     UNKNOWN_CONFIG_REASON,
     SchedulerProblem,
     SchedulerSync,
@@ -71,7 +72,13 @@ def target(config: dict[str, Any] | None = None, pd: bool = False) -> dict[str, 
     spec: dict[str, Any] = {
         "model": {"uri": "hf://Qwen/Qwen3-32B"},
         "template": {"containers": [{"name": "main", "image": "vllm"}]},
-        "router": {"scheduler": {"config": {"inline": config or epp_config(pd=pd)}}},
+        "router": {
+            "scheduler": {
+                # A picker that reads the scorer's parameters (KServe drops them from 0.9.0).
+                "annotations": {"app.kubernetes.io/version": "0.8.0"},
+                "config": {"inline": config or epp_config(pd=pd)},
+            }
+        },
     }
     if pd:
         spec["prefill"] = {"template": {"containers": [{"name": "main", "image": "vllm"}]}}
@@ -232,3 +239,34 @@ def test_inference_service_has_no_scheduler() -> None:
 def test_no_capacity_is_written_without_the_roles_bytes_per_token() -> None:
     bare = Offload(CONFIG, DECODE.cpu_bytes, 2 * DECODE.cpu_bytes, DECODE.cpu_bytes)
     assert llmisvc_scheduler(target(), bare) is None
+
+
+@pytest.mark.parametrize(
+    ("annotations", "reason"),
+    [
+        (None, DROPPED_REASON),  # KServe v0.20's preset: picker 0.9.0
+        ({"app.kubernetes.io/version": "0.9.0"}, DROPPED_REASON),
+        ({"app.kubernetes.io/version": "v0.10.2"}, DROPPED_REASON),
+        ({"app.kubernetes.io/version": "latest"}, UNKNOWN_CONFIG_REASON),
+        ({"app.kubernetes.io/version": "v0.8.1"}, None),
+    ],
+)
+def test_a_picker_whose_scorer_takes_no_capacity_gets_a_condition_not_a_write(
+    annotations: dict[str, str] | None, reason: str | None
+) -> None:
+    obj = target()
+    scheduler = obj["spec"]["router"]["scheduler"]
+    if annotations is None:
+        del scheduler["annotations"]
+    else:
+        scheduler["annotations"] = annotations
+    result = scheduler_sync(obj, [DECODE], {})
+    if reason is None:
+        assert isinstance(result, SchedulerSync)
+        return
+    assert isinstance(result, SchedulerProblem) and result.reason == reason
+    if reason == DROPPED_REASON:
+        assert "approx-prefix-cache-producer" in result.message
+        assert "lruCapacityPerServer: 25600" in result.message
+    writes = target_patch(obj, _offload(DECODE), result)
+    assert isinstance(writes, list) and [w.action for w in writes] == ["Apply"]

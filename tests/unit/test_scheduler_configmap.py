@@ -21,6 +21,7 @@ from kvtier.render.roles import RoleOffload
 from kvtier.render.scheduler import (
     CONFIG_REF_REASON,
     CPU_SCORER,
+    DROPPED_REASON,
     UNKNOWN_CONFIG_REASON,
     SchedulerProblem,
     SchedulerSync,
@@ -76,7 +77,14 @@ def _target(ref: dict[str, Any] | None = None) -> dict[str, Any]:
         "apiVersion": "serving.kserve.io/v1alpha2",
         "kind": "LLMInferenceService",
         "metadata": {"name": "qwen", "namespace": "llm"},
-        "spec": {"router": {"scheduler": {"config": {"ref": ref or {"name": "epp-config"}}}}},
+        "spec": {
+            "router": {
+                "scheduler": {
+                    "annotations": {"app.kubernetes.io/version": "0.8.0"},  # a 0.8 picker
+                    "config": {"ref": ref or {"name": "epp-config"}},
+                }
+            }
+        },
     }
 
 
@@ -110,8 +118,8 @@ def _params(text: str) -> dict[str, Any]:
 
 def test_the_capacity_is_the_one_an_inline_config_gets() -> None:
     sync = _sync(_configmap())
-    inline = {**_target(), "spec": {"router": {"scheduler": {"config": {"inline": {}}}}}}
-    inline["spec"]["router"]["scheduler"]["config"]["inline"] = yaml.safe_load(GUIDE)
+    inline = copy.deepcopy(_target())
+    inline["spec"]["router"]["scheduler"]["config"] = {"inline": yaml.safe_load(GUIDE)}
     same = scheduler_sync(inline, [DECODE], {})
     assert isinstance(same, SchedulerSync)
     assert (sync.capacity, sync.plugins) == (same.capacity, same.plugins) == (BLOCKS, same.plugins)
@@ -354,3 +362,11 @@ def test_any_layout_gets_kvtiers_values_and_back_byte_for_byte(
     if comment:
         assert "# the CPU tier" in edited  # edited in place, not written anew
     assert edit_parameters(edited, CPU_SCORER, params) == text
+
+
+def test_a_09_picker_gets_the_value_for_its_producer_and_no_write() -> None:
+    target = _target()
+    del target["spec"]["router"]["scheduler"]["annotations"]  # KServe's preset: 0.9.0
+    problem = configmap_sync(target, _configmap(), [DECODE], TIER)
+    assert isinstance(problem, SchedulerProblem) and problem.reason == DROPPED_REASON
+    assert f"lruCapacityPerServer: {BLOCKS}" in problem.message

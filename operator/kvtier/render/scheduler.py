@@ -14,7 +14,10 @@ passes either text to the picker as `--config-text`), with the scorer's paramete
 gateway-api-inference-extension v1.4 to v1.6 and llm-d-inference-scheduler v0.8. Anything else
 (another apiVersion or kind, an unknown parameter, the character-based `blockSize` of older
 releases) is reported, never guessed at. The ConfigMap's text is written by
-render/scheduler_configmap.py from the same `config_sync`.
+render/scheduler_configmap.py from the same `config_sync`. KServe v0.20 strips the scorer's
+parameters for an endpoint picker of 0.9.0 or later (its version annotation; KServe's preset
+default), whose index capacity belongs to another plugin: then nothing is written and the
+condition says where the capacity goes instead.
 
 `inline` preserves unknown fields, so its `plugins` list is atomic: kvtier sets it to the
 list it read with only the CPU scorer's two parameters changed, by a JSON patch guarded by a
@@ -53,6 +56,14 @@ KNOWN_PARAMETERS = frozenset(
 UNKNOWN_CONFIG_REASON = "SchedulerConfigUnknown"
 CONFIG_REF_REASON = "SchedulerConfigRef"
 DEFAULT_REF_KEY = "epp"  # KServe v0.20's data key when config.ref names none
+DROPPED_REASON = "SchedulerParametersDropped"
+# KServe v0.20 reads the endpoint picker's version from this pod annotation
+# (spec.router.scheduler.annotations; its preset kserve-config-llm-scheduler sets 0.9.0) and,
+# from 0.9.0 on, removes every prefix-cache-scorer parameter but prefixMatchInfoProducerName
+# from the config text (the index moved to the approx-prefix-cache-producer plugin).
+VERSION_ANNOTATION = "app.kubernetes.io/version"
+KSERVE_PICKER_VERSION = "0.9.0"
+PARAMETERS_DROPPED_FROM = (0, 9)
 
 
 @dataclass(frozen=True)
@@ -129,6 +140,40 @@ def config_ref(target: Mapping[str, Any]) -> tuple[str, str] | None:
     return str(ref["name"]), str(ref.get("key") or DEFAULT_REF_KEY)
 
 
+def picker_version(target: Mapping[str, Any]) -> str:
+    """The endpoint picker's version as KServe v0.20 reads it for the target."""
+    annotations = _at(target, ("spec", "router", "scheduler", "annotations"))
+    value = annotations.get(VERSION_ANNOTATION) if isinstance(annotations, Mapping) else None
+    return str(value) if value else KSERVE_PICKER_VERSION
+
+
+def _release(version: str) -> tuple[int, ...] | None:
+    parts = version.removeprefix("v").split("-")[0].split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
+
+
+def picker_problem(target: Mapping[str, Any], sync: SchedulerSync) -> SchedulerProblem | None:
+    """Why the scorer's parameters would not reach the picker KServe runs, if they would not."""
+    version = picker_version(target)
+    release = _release(version)
+    where = f"spec.router.scheduler.annotations {VERSION_ANNOTATION}"
+    if release is None:
+        return SchedulerProblem(
+            UNKNOWN_CONFIG_REASON, f"{where}: {version!r} is not a version kvtier can compare"
+        )
+    if release[:2] < PARAMETERS_DROPPED_FROM:
+        return None
+    return SchedulerProblem(
+        DROPPED_REASON,
+        f"the endpoint picker is {version} ({where}; KServe's preset sets "
+        f"{KSERVE_PICKER_VERSION}): KServe v0.20 removes every {SCORER_TYPE} parameter but "
+        f"prefixMatchInfoProducerName for 0.9.0 and later, where the index capacity belongs to "
+        f"the approx-prefix-cache-producer plugin, a layout kvtier does not write; there set "
+        f"{AUTO_TUNE}: false and {CAPACITY}: {sync.capacity} (blocks of "
+        f"{sync.block_size_tokens} tokens), or run a 0.8 picker and say so in that annotation",
+    )
+
+
 def ref_capacity(roles: Sequence[RoleOffload]) -> int | None:
     """The capacity to set by hand in a referenced config: the decode tier behind one
     endpoint in 16-token blocks; None without the roles' bytes per token."""
@@ -149,7 +194,10 @@ def scheduler_sync(
     if not isinstance(inline, Mapping):
         return None
     own = _at(record, ("scheduler",)) or {}
-    return config_sync(inline, roles, own, "spec.router.scheduler.config.inline")
+    sync = config_sync(inline, roles, own, "spec.router.scheduler.config.inline")
+    if isinstance(sync, SchedulerSync):
+        return picker_problem(target, sync) or sync
+    return sync
 
 
 def config_sync(

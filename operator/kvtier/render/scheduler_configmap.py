@@ -36,6 +36,7 @@ from kvtier.render.scheduler import (
     SchedulerSync,
     config_ref,
     config_sync,
+    picker_problem,
     ref_capacity,
     restore_plugins,
 )
@@ -117,7 +118,9 @@ def configmap_sync(
         )
     own = record if record.get("key") == key else {}
     sync = config_sync(config, roles, own, f"ConfigMap {name} key {key}")
-    return replace(sync, configmap=ref) if isinstance(sync, SchedulerSync) else sync
+    if isinstance(sync, SchedulerSync):
+        return picker_problem(target, sync) or replace(sync, configmap=ref)
+    return sync
 
 
 def _scorer_parameters(plugins: Sequence[Any], plugin: str) -> dict[str, Any] | None:
