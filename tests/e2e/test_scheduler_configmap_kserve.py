@@ -136,11 +136,12 @@ def test_kserve_passes_kvtiers_values_to_a_08_picker_and_the_users_back(
     )
 
 
-def test_a_09_picker_gets_no_scorer_parameters_so_kvtier_writes_none(
+def test_a_09_picker_gets_no_scorer_parameters_so_kvtier_writes_none_there(
     stack: tuple[LocalCluster, Any], ns: str
 ) -> None:
-    """KServe's own preset (picker 0.9.0) strips the scorer's parameters from the text: kvtier
-    says so and where the capacity goes instead, and leaves the ConfigMap alone."""
+    """KServe's own preset (picker 0.9.0) strips the scorer's parameters from the text: for a
+    scorer that names no producer kvtier says where the capacity goes instead, and leaves the
+    ConfigMap alone."""
     _, api = stack
     Kube(api).create(_server_at(ns, "qwen-09", None))
     eventually(
@@ -157,3 +158,73 @@ def test_a_09_picker_gets_no_scorer_parameters_so_kvtier_writes_none(
     assert "approx-prefix-cache-producer" in message["message"]
     stored = Kube(api).request("GET", f"/api/v1/namespaces/{ns}/configmaps/{CONFIGMAP}")
     assert stored["data"]["epp"] == EPP
+
+
+# llm-d router v0.9.0's tiered layout: the CPU scorer reads the producer it names.
+EPP_09 = EPP.replace(
+    "  name: cpu-prefix-cache-scorer\n  parameters:\n"
+    "    autoTune: false   # vLLM reports no CPU-tier capacity\n"
+    "    lruCapacityPerServer: 41000\n",
+    "  name: cpu-prefix-cache-scorer\n  parameters:\n"
+    "    prefixMatchInfoProducerName: cpuPrefixProducer\n",
+).replace(
+    "- type: queue-scorer\n",
+    "- type: queue-scorer\n- type: approx-prefix-cache-producer\n  name: cpuPrefixProducer\n"
+    "  parameters:\n    blockSizeTokens: 64   # the producer's floor\n",
+)
+
+
+def _producer(text: str | None) -> Any:
+    if text is None:
+        return None
+    plugins = yaml.safe_load(text)["plugins"]
+    return next(p for p in plugins if p.get("name") == "cpuPrefixProducer").get("parameters")
+
+
+def test_a_09_pickers_producer_gets_kvtiers_capacity_through_kserve(
+    stack: tuple[LocalCluster, Any], ns: str
+) -> None:
+    _, api = stack
+    assert EPP_09 != EPP and "cpuPrefixProducer" in EPP_09
+    name = "qwen-producer"
+    configmap = {"name": f"{name}-epp", "namespace": ns}
+    Kube(api).create({**_configmap(EPP_09), "metadata": configmap})
+    server = _server_at(ns, name, None)  # KServe's preset: picker 0.9.0
+    server["spec"]["router"]["scheduler"]["config"]["ref"]["name"] = configmap["name"]
+    Kube(api).create(server)
+    user = {"blockSizeTokens": 64}
+    eventually(
+        lambda: _producer(_config_text(_picker(api, ns, name))) == user,
+        timeout=120,
+        what="KServe's picker on the user's producer",
+    )
+    create_tier(api, ns, name, {**TIER, "targetRef": {**TIER["targetRef"], "name": name}})
+    tier = wait_condition(api, ns, name, "SchedulerSynced", "True", timeout=120)
+    (decode,) = tier["status"]["plan"]["roles"]
+    blocks = decode["cpuBytesToUse"] // (64 * tier["status"]["sizing"]["bytesPerToken"])
+    assert tier["status"]["plan"]["scheduler"]["plugin"] == "cpuPrefixProducer"
+    assert tier["status"]["plan"]["scheduler"]["lruCapacityPerServer"] == blocks
+    want = {**user, "autoTune": False, "lruCapacityPerServer": blocks}
+    eventually(
+        lambda: _producer(_config_text(_picker(api, ns, name))) == want,
+        timeout=120,
+        what="KServe's picker on kvtier's producer values",
+    )
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(
+        "kvcache.io", "v1alpha1", ns, "kvcachetiers", name
+    )
+    eventually(
+        lambda: (
+            Kube(api).request("GET", f"/api/v1/namespaces/{ns}/configmaps/{configmap['name']}")[
+                "data"
+            ]["epp"]
+            == EPP_09
+        ),
+        timeout=120,
+        what="the user's text back",
+    )
+    eventually(
+        lambda: _producer(_config_text(_picker(api, ns, name))) == user,
+        timeout=120,
+        what="KServe's picker on the user's producer again",
+    )

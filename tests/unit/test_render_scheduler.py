@@ -266,7 +266,78 @@ def test_a_picker_whose_scorer_takes_no_capacity_gets_a_condition_not_a_write(
         return
     assert isinstance(result, SchedulerProblem) and result.reason == reason
     if reason == DROPPED_REASON:
+        # The scorer names no producer: the capacity a producer would take, in its blocks.
         assert "approx-prefix-cache-producer" in result.message
-        assert "lruCapacityPerServer: 25600" in result.message
+        assert "lruCapacityPerServer: 6400 (blocks of 64 tokens" in result.message
     writes = target_patch(obj, _offload(DECODE), result)
     assert isinstance(writes, list) and [w.action for w in writes] == ["Apply"]
+
+
+def producer_config(producer: dict[str, Any] | None = None) -> dict[str, Any]:
+    """llm-d router v0.9.0's tiered layout: a producer per tier, each scorer naming its own."""
+    config = epp_config()
+    config["plugins"] = [
+        {"type": "queue-scorer"},
+        {"type": "approx-prefix-cache-producer", "name": "gpuPrefixProducer"},
+        {
+            "type": "approx-prefix-cache-producer",
+            "name": "cpuPrefixProducer",
+            "parameters": {"blockSizeTokens": 64} if producer is None else producer,
+        },
+        {
+            "type": "prefix-cache-scorer",
+            "name": "gpu-prefix-cache-scorer",
+            "parameters": {"prefixMatchInfoProducerName": "gpuPrefixProducer"},
+        },
+        {
+            "type": "prefix-cache-scorer",
+            "name": CPU_SCORER,
+            "parameters": {"prefixMatchInfoProducerName": "cpuPrefixProducer"},
+        },
+    ]
+    return config
+
+
+def _at_09(config: dict[str, Any]) -> dict[str, Any]:
+    obj = target(config)
+    del obj["spec"]["router"]["scheduler"]["annotations"]  # KServe's preset: picker 0.9.0
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("producer", "capacity"),
+    [
+        (None, 100 * GiB // (64 * PER_TOKEN)),
+        ({"blockSizeTokens": 16, "lruCapacityPerServer": 31250}, 100 * GiB // (64 * PER_TOKEN)),
+        ({"blockSizeTokens": 128, "autoTune": True}, 100 * GiB // (128 * PER_TOKEN)),
+    ],
+)
+def test_a_09_picker_gets_the_capacity_in_the_producer_its_cpu_scorer_names(
+    producer: dict[str, Any] | None, capacity: int
+) -> None:
+    before = _at_09(producer_config(producer))
+    sync = scheduler_sync(before, [DECODE], {})
+    assert isinstance(sync, SchedulerSync)
+    # The producer indexes blocks of at least 64 tokens, whatever blockSizeTokens says.
+    assert (sync.plugin, sync.capacity) == ("cpuPrefixProducer", capacity)
+    assert sync.block_size_tokens == max(64, (producer or {}).get("blockSizeTokens", 64))
+    after = _apply(before, _offload(DECODE))
+    plugins = after["spec"]["router"]["scheduler"]["config"]["inline"]["plugins"]
+    original = before["spec"]["router"]["scheduler"]["config"]["inline"]["plugins"]
+    changed = [i for i, (a, b) in enumerate(zip(plugins, original, strict=True)) if a != b]
+    assert changed == [2]
+    assert plugins[2]["parameters"] == {
+        **(producer if producer is not None else {"blockSizeTokens": 64}),
+        "autoTune": False,
+        "lruCapacityPerServer": capacity,
+    }
+    undo = unapply_writes(after)
+    assert jsonpatch.apply_patch(after, undo[0].body["jsonPatch"]) == before
+
+
+def test_a_09_scorer_naming_no_producer_of_the_config_is_left_alone() -> None:
+    config = producer_config()
+    config["plugins"][4]["parameters"]["prefixMatchInfoProducerName"] = "queue-scorer"
+    result = scheduler_sync(_at_09(config), [DECODE], {})
+    assert isinstance(result, SchedulerProblem) and result.reason == UNKNOWN_CONFIG_REASON
+    assert "not an approx-prefix-cache-producer" in result.message

@@ -364,9 +364,34 @@ def test_any_layout_gets_kvtiers_values_and_back_byte_for_byte(
     assert edit_parameters(edited, CPU_SCORER, params) == text
 
 
-def test_a_09_picker_gets_the_value_for_its_producer_and_no_write() -> None:
+def test_a_09_picker_gets_the_capacity_in_its_producer() -> None:
     target = _target()
     del target["spec"]["router"]["scheduler"]["annotations"]  # KServe's preset: 0.9.0
     problem = configmap_sync(target, _configmap(), [DECODE], TIER)
     assert isinstance(problem, SchedulerProblem) and problem.reason == DROPPED_REASON
-    assert f"lruCapacityPerServer: {BLOCKS}" in problem.message
+    assert f"lruCapacityPerServer: {BLOCKS // 4} (blocks of 64 tokens" in problem.message
+    # llm-d router v0.9.0's layout: the producer the CPU scorer names takes the capacity,
+    # edited in place in the text and given back byte for byte.
+    text = GUIDE.replace(
+        "  name: cpu-prefix-cache-scorer\n  parameters:\n",
+        "  name: cpu-prefix-cache-scorer\n  parameters:\n"
+        "    prefixMatchInfoProducerName: cpuPrefixProducer\n",
+    ).replace(
+        "- type: queue-scorer\n",
+        "- type: queue-scorer\n- type: approx-prefix-cache-producer\n"
+        "  name: cpuPrefixProducer\n  parameters:\n    blockSizeTokens: 64\n",
+    )
+    before = _configmap(text)
+    sync = configmap_sync(target, before, [DECODE], TIER)
+    assert isinstance(sync, SchedulerSync) and (sync.plugin, sync.capacity) == (
+        "cpuPrefixProducer",
+        BLOCKS // 4,
+    )
+    (write,) = configmap_writes(before, sync, TIER)
+    after = jsonpatch.apply_patch(before, write.body["jsonPatch"])
+    assert after["data"]["epp"] == text.replace(
+        "    blockSizeTokens: 64\n",
+        f"    blockSizeTokens: 64\n    lruCapacityPerServer: {BLOCKS // 4}\n    autoTune: false\n",
+    )
+    (undo,) = configmap_restore_writes(after, TIER)
+    assert jsonpatch.apply_patch(after, undo.body["jsonPatch"]) == before

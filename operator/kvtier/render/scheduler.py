@@ -16,8 +16,8 @@ gateway-api-inference-extension v1.4 to v1.6 and llm-d-inference-scheduler v0.8.
 releases) is reported, never guessed at. The ConfigMap's text is written by
 render/scheduler_configmap.py from the same `config_sync`. KServe v0.20 strips the scorer's
 parameters for an endpoint picker of 0.9.0 or later (its version annotation; KServe's preset
-default), whose index capacity belongs to another plugin: then nothing is written and the
-condition says where the capacity goes instead.
+default): that picker (llm-d router v0.9.0) indexes in the approx-prefix-cache-producer the
+scorer names, whose same two parameters kvtier then sets, in its blocks of at least 64 tokens.
 
 `inline` preserves unknown fields, so its `plugins` list is atomic: kvtier sets it to the
 list it read with only the CPU scorer's two parameters changed, by a JSON patch guarded by a
@@ -63,7 +63,12 @@ DROPPED_REASON = "SchedulerParametersDropped"
 # from the config text (the index moved to the approx-prefix-cache-producer plugin).
 VERSION_ANNOTATION = "app.kubernetes.io/version"
 KSERVE_PICKER_VERSION = "0.9.0"
-PARAMETERS_DROPPED_FROM = (0, 9)
+PRODUCER_FROM = (0, 9)
+# llm-d router v0.9.0: the scorer reads the match data of the producer it names; the
+# producer indexes blocks of at least 64 tokens whatever its blockSizeTokens says.
+PRODUCER_TYPE = "approx-prefix-cache-producer"
+PRODUCER_NAME = "prefixMatchInfoProducerName"
+PRODUCER_MIN_BLOCK_TOKENS = 64
 
 
 @dataclass(frozen=True)
@@ -147,31 +152,18 @@ def picker_version(target: Mapping[str, Any]) -> str:
     return str(value) if value else KSERVE_PICKER_VERSION
 
 
-def _release(version: str) -> tuple[int, ...] | None:
-    parts = version.removeprefix("v").split("-")[0].split(".")
-    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
-
-
-def picker_problem(target: Mapping[str, Any], sync: SchedulerSync) -> SchedulerProblem | None:
-    """Why the scorer's parameters would not reach the picker KServe runs, if they would not."""
+def producer_layout(target: Mapping[str, Any]) -> bool | SchedulerProblem:
+    """Whether the target's picker keeps the index in a producer plugin (0.9.0 and later,
+    where KServe strips the scorer's parameters), or why its version cannot tell."""
     version = picker_version(target)
-    release = _release(version)
-    where = f"spec.router.scheduler.annotations {VERSION_ANNOTATION}"
-    if release is None:
+    parts = version.removeprefix("v").split("-")[0].split(".")
+    if not all(p.isdigit() for p in parts):
         return SchedulerProblem(
-            UNKNOWN_CONFIG_REASON, f"{where}: {version!r} is not a version kvtier can compare"
+            UNKNOWN_CONFIG_REASON,
+            f"spec.router.scheduler.annotations {VERSION_ANNOTATION}: {version!r} is not a "
+            "version kvtier can compare",
         )
-    if release[:2] < PARAMETERS_DROPPED_FROM:
-        return None
-    return SchedulerProblem(
-        DROPPED_REASON,
-        f"the endpoint picker is {version} ({where}; KServe's preset sets "
-        f"{KSERVE_PICKER_VERSION}): KServe v0.20 removes every {SCORER_TYPE} parameter but "
-        f"prefixMatchInfoProducerName for 0.9.0 and later, where the index capacity belongs to "
-        f"the approx-prefix-cache-producer plugin, a layout kvtier does not write; there set "
-        f"{AUTO_TUNE}: false and {CAPACITY}: {sync.capacity} (blocks of "
-        f"{sync.block_size_tokens} tokens), or run a 0.8 picker and say so in that annotation",
-    )
+    return tuple(int(p) for p in parts)[:2] >= PRODUCER_FROM
 
 
 def ref_capacity(roles: Sequence[RoleOffload]) -> int | None:
@@ -194,10 +186,10 @@ def scheduler_sync(
     if not isinstance(inline, Mapping):
         return None
     own = _at(record, ("scheduler",)) or {}
-    sync = config_sync(inline, roles, own, "spec.router.scheduler.config.inline")
-    if isinstance(sync, SchedulerSync):
-        return picker_problem(target, sync) or sync
-    return sync
+    layout = producer_layout(target)
+    if isinstance(layout, SchedulerProblem):
+        return layout
+    return config_sync(inline, roles, own, "spec.router.scheduler.config.inline", layout)
 
 
 def config_sync(
@@ -205,22 +197,19 @@ def config_sync(
     roles: Sequence[RoleOffload],
     own: Mapping[str, Any],
     where: str,
+    producer: bool = False,
 ) -> SchedulerSync | SchedulerProblem | None:
     """The CPU scorer's capacity from the tier for one EndpointPickerConfig (inline or read
     from a ConfigMap), a problem, or None when it enables no CPU-tier prefix scorer. `own`
-    is kvtier's record of the user's values; `where` names the config in messages."""
+    is kvtier's record of the user's values; `where` names the config in messages.
+    `producer`: the picker keeps the index in the approx-prefix-cache-producer the scorer
+    names (0.9.0 and later), whose parameters kvtier sets instead of the scorer's."""
     plugins = config.get("plugins")
-    index = next(
-        (
-            i
-            for i, p in enumerate(plugins if isinstance(plugins, list) else [])
-            if isinstance(p, Mapping) and p.get("name") == CPU_SCORER
-        ),
-        None,
-    )
-    if index is None or not isinstance(plugins, list):
+    if not isinstance(plugins, list):
         return None
-    at = f"{where} plugin {CPU_SCORER}"
+    index = _named(plugins, CPU_SCORER)
+    if index is None:
+        return None
     version = (config.get("apiVersion"), config.get("kind"))
     if version != CONFIG_API:
         return SchedulerProblem(
@@ -228,13 +217,32 @@ def config_sync(
             f"{where}: {version[1]} {version[0]} is not a scheduler config kvtier knows "
             f"({CONFIG_API[1]} {CONFIG_API[0]}); kvtier leaves it alone",
         )
+    scorer = plugins[index]
+    if scorer.get("type") != SCORER_TYPE:
+        return SchedulerProblem(
+            UNKNOWN_CONFIG_REASON,
+            f"{where} plugin {CPU_SCORER} has type {scorer.get('type')!r}, not {SCORER_TYPE}; "
+            "kvtier leaves it alone",
+        )
+    # A role without its bytes per token (an Offload built without roles) has no block count.
+    by_role = {r.role: r for r in roles if r.bytes_per_token > 0}
+    served = _served_roles(config, CPU_SCORER, list(by_role))
+    floor = PRODUCER_MIN_BLOCK_TOKENS if producer else 1
+    if producer:
+        found = _producer(plugins, scorer, where)
+        if isinstance(found, SchedulerProblem) or found is None:
+            if found is None and served and by_role:
+                capacity = _capacity(by_role, served, PRODUCER_MIN_BLOCK_TOKENS)
+                return _no_producer(where, capacity)
+            return found
+        index = found
     plugin = plugins[index]
+    name = str(plugin.get("name"))
+    at = f"{where} plugin {name}"
     params = plugin.get("parameters") or {}
     unknown = sorted(set(params) - KNOWN_PARAMETERS) if isinstance(params, Mapping) else []
     problem = None
-    if plugin.get("type") != SCORER_TYPE:
-        problem = f"has type {plugin.get('type')!r}, not {SCORER_TYPE}"
-    elif not isinstance(params, Mapping):
+    if not isinstance(params, Mapping):
         problem = "has parameters that are not a map"
     elif unknown:
         problem = f"has parameters kvtier does not know: {', '.join(unknown)}"
@@ -247,30 +255,72 @@ def config_sync(
         return SchedulerProblem(
             UNKNOWN_CONFIG_REASON, f"{at}: {BLOCK_TOKENS} {block_tokens!r} is not a block size"
         )
-    # A role without its bytes per token (an Offload built without roles) has no block count.
-    by_role = {r.role: r for r in roles if r.bytes_per_token > 0}
-    served = _served_roles(config, CPU_SCORER, list(by_role))
     if not served or not by_role:
         return None  # declared but in no scheduling profile: not enabled
-    # One index size serves every endpoint the scorer picks from: the smallest CPU tier among
-    # them, so the index never promises blocks an endpoint cannot hold.
-    capacity = min(
-        blocks(by_role[r].endpoint_cpu_bytes, by_role[r].bytes_per_token, block_tokens)
-        for r in served
-    )
+    block_tokens = max(block_tokens, floor)
+    capacity = _capacity(by_role, served, block_tokens)
     user = {key: _user_value(params.get(key), own.get(key)) for key in (CAPACITY, AUTO_TUNE)}
-    new_params = {**params, CAPACITY: max(capacity, 1), AUTO_TUNE: False}
+    new_params = {**params, CAPACITY: capacity, AUTO_TUNE: False}
     new_plugins = copy.deepcopy(plugins)
     new_plugins[index] = {**plugin, "parameters": new_params}
     saved = {
-        "plugin": CPU_SCORER,
+        "plugin": name,
         # Whether the user's plugin had a parameters map at all (kvtier's record says once it
         # has written one).
         "parameters": own.get("parameters", "parameters" in plugin),
         **{k: {"base": user[k], "applied": new_params[k]} for k in (CAPACITY, AUTO_TUNE)},
     }
-    return SchedulerSync(
-        CPU_SCORER, block_tokens, max(capacity, 1), tuple(served), new_plugins, saved
+    return SchedulerSync(name, block_tokens, capacity, tuple(served), new_plugins, saved)
+
+
+def _named(plugins: Sequence[Any], name: str) -> int | None:
+    return next(
+        (i for i, p in enumerate(plugins) if isinstance(p, Mapping) and p.get("name") == name),
+        None,
+    )
+
+
+def _capacity(by_role: Mapping[str, RoleOffload], served: Sequence[str], block_tokens: int) -> int:
+    """One index size serves every endpoint the scorer picks from: the smallest CPU tier
+    among them, so the index never promises blocks an endpoint cannot hold (at least 1)."""
+    return max(
+        1,
+        min(
+            blocks(by_role[r].endpoint_cpu_bytes, by_role[r].bytes_per_token, block_tokens)
+            for r in served
+        ),
+    )
+
+
+def _producer(
+    plugins: Sequence[Any], scorer: Mapping[str, Any], where: str
+) -> int | SchedulerProblem | None:
+    """The index of the producer plugin the CPU scorer names; None when it names none."""
+    params = scorer.get("parameters") or {}
+    name = params.get(PRODUCER_NAME) if isinstance(params, Mapping) else None
+    if not name:
+        return None
+    index = _named(plugins, str(name))
+    plugin = plugins[index] if index is not None else {}
+    if plugin.get("type") != PRODUCER_TYPE:
+        return SchedulerProblem(
+            UNKNOWN_CONFIG_REASON,
+            f"{where} plugin {CPU_SCORER} reads {PRODUCER_NAME} {name}, which is not an "
+            f"{PRODUCER_TYPE} plugin of the config; kvtier leaves it alone",
+        )
+    return index
+
+
+def _no_producer(where: str, capacity: int) -> SchedulerProblem:
+    return SchedulerProblem(
+        DROPPED_REASON,
+        f"{where} plugin {CPU_SCORER} names no {PRODUCER_NAME}: the endpoint picker (0.9.0 or "
+        f"later, spec.router.scheduler.annotations {VERSION_ANNOTATION}; KServe's preset sets "
+        f"{KSERVE_PICKER_VERSION}) keeps the index in an {PRODUCER_TYPE} plugin, and KServe "
+        f"v0.20 removes the scorer's other parameters; declare a producer for the CPU tier, "
+        f"name it in the scorer's {PRODUCER_NAME}, and kvtier sets its {AUTO_TUNE}: false and "
+        f"{CAPACITY}: {capacity} (blocks of {PRODUCER_MIN_BLOCK_TOKENS} tokens, the producer's "
+        "floor)",
     )
 
 

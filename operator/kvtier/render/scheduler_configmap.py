@@ -36,7 +36,7 @@ from kvtier.render.scheduler import (
     SchedulerSync,
     config_ref,
     config_sync,
-    picker_problem,
+    producer_layout,
     ref_capacity,
     restore_plugins,
 )
@@ -117,10 +117,11 @@ def configmap_sync(
             "LLMInferenceService a scheduler ConfigMap of its own",
         )
     own = record if record.get("key") == key else {}
-    sync = config_sync(config, roles, own, f"ConfigMap {name} key {key}")
-    if isinstance(sync, SchedulerSync):
-        return picker_problem(target, sync) or replace(sync, configmap=ref)
-    return sync
+    layout = producer_layout(target)
+    if isinstance(layout, SchedulerProblem):
+        return layout
+    sync = config_sync(config, roles, own, f"ConfigMap {name} key {key}", layout)
+    return replace(sync, configmap=ref) if isinstance(sync, SchedulerSync) else sync
 
 
 def _scorer_parameters(plugins: Sequence[Any], plugin: str) -> dict[str, Any] | None:
