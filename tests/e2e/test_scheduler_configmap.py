@@ -206,6 +206,7 @@ def test_an_opted_in_namespace_gets_kvtiers_block_count_in_the_users_text(
         "blockSizeTokens": 16,
         "lruCapacityPerServer": blocks,
         "roles": ["decode"],
+        "configMap": {"name": CONFIGMAP, "key": "epp"},
     }
     stored = _read(admin_api, ns)
     # Byte for byte the user's text but the one value (comments and flow maps kept).

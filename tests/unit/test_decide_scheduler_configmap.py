@@ -67,6 +67,7 @@ def test_apply_mode_patches_the_configmap_last_and_keeps_no_record_on_the_target
     assert (last.kind, last.name, last.action) == ("ConfigMap", "epp", "Patch")
     scheduler = d.status["plan"]["scheduler"]
     assert scheduler["lruCapacityPerServer"] == d.status["plan"]["roles"][0]["cpuTierBlocks"]
+    assert scheduler["configMap"] == {"name": "epp", "key": "epp"}  # where it is written
     assert conds(d.status)["SchedulerSynced"]["reason"] == "SchedulerSyncing"
     apply = next(w for w in rest if w.kind == "LLMInferenceService" and w.action == "Apply")
     assert "scheduler" not in json.loads(apply.body["metadata"]["annotations"][APPLIED_ANNOTATION])

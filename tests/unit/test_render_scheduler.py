@@ -123,7 +123,7 @@ def test_capacity_is_the_tiers_blocks_in_the_scorers_unit() -> None:
         "blockSizeTokens": 16,
         "lruCapacityPerServer": 25600,
         "roles": ["decode"],
-    }
+    }  # no configMap: the config is inline
     # A scorer that hashes 64-token blocks indexes a quarter as many.
     coarse = target(epp_config({"blockSizeTokens": 64, "lruCapacityPerServer": 1}))
     sync = scheduler_sync(coarse, [DECODE], {})

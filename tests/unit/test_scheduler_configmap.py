@@ -124,7 +124,7 @@ def test_the_capacity_is_the_one_an_inline_config_gets() -> None:
     assert isinstance(same, SchedulerSync)
     assert (sync.capacity, sync.plugins) == (same.capacity, same.plugins) == (BLOCKS, same.plugins)
     assert sync.configmap == ("epp-config", "epp")
-    assert sync.status() == same.status()
+    assert sync.status() == {**same.status(), "configMap": {"name": "epp-config", "key": "epp"}}
 
 
 def test_only_kvtiers_two_values_change_in_the_users_text() -> None:

@@ -692,6 +692,15 @@ class RolePlan(KubeModel):
     topology: Topology | None = Field(default=None, description="The role's tier topology.")
 
 
+class SchedulerConfigMap(KubeModel):
+    """The ConfigMap key, in the target's namespace, that holds the scheduler's config."""
+
+    name: DnsSubdomain = Field(description="Name of the ConfigMap.")
+    key: Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=CONFIGMAP_KEY)] = (
+        Field(description="The key whose text is the EndpointPickerConfig.")
+    )
+
+
 class SchedulerPlan(KubeModel):
     """The router's CPU-tier prefix scorer, kept in step with the CPU tier."""
 
@@ -702,6 +711,11 @@ class SchedulerPlan(KubeModel):
     )
     roles: list[Literal["decode", "prefill"]] | None = Field(
         default=None, max_length=2, description="The roles whose profiles use the scorer."
+    )
+    config_map: SchedulerConfigMap | None = Field(
+        default=None,
+        description="Where kvtier writes it when the config is in a ConfigMap "
+        "(spec.router.scheduler.config.ref); absent when it is inline.",
     )
 
 

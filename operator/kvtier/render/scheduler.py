@@ -91,6 +91,11 @@ class SchedulerSync:
             "blockSizeTokens": self.block_size_tokens,
             "lruCapacityPerServer": self.capacity,
             "roles": list(self.roles),
+            **(
+                {"configMap": {"name": self.configmap[0], "key": self.configmap[1]}}
+                if self.configmap
+                else {}
+            ),
         }
 
 
