@@ -64,16 +64,20 @@ def read(*objs: dict[str, Any]) -> dict[ConfigKey, dict[str, Any]]:
 SHIPPED = config("kserve", PRESET, "0.9.0")
 
 
-def _value(result: PickerVersion | SchedulerProblem) -> str:
+def _known(result: PickerVersion | SchedulerProblem) -> PickerVersion:
     assert isinstance(result, PickerVersion), result
-    return result.value
+    return result
+
+
+def _value(result: PickerVersion | SchedulerProblem) -> str:
+    return _known(result).value
 
 
 def test_own_annotation_wins_over_base_refs_and_preset() -> None:
     configs = read(SHIPPED, config(NS, "old-picker", "0.8.0"))
-    result = picker_version(target("0.10.1", ("old-picker",)), configs)
-    assert _value(result) == "0.10.1"
-    assert "spec.router.scheduler.annotations" in result.source  # type: ignore[union-attr]
+    result = _known(picker_version(target("0.10.1", ("old-picker",)), configs))
+    assert result.value == "0.10.1"
+    assert "spec.router.scheduler.annotations" in result.source
 
 
 def test_the_last_base_ref_setting_the_version_wins() -> None:
@@ -89,9 +93,9 @@ def test_the_last_base_ref_setting_the_version_wins() -> None:
 
 def test_base_refs_override_the_preset() -> None:
     configs = read(SHIPPED, config("kserve", "shared-picker", "0.8.0"))
-    result = picker_version(target(None, ("shared-picker",)), configs)
-    assert _value(result) == "0.8.0"
-    assert "kserve/shared-picker" in result.source  # type: ignore[union-attr]
+    result = _known(picker_version(target(None, ("shared-picker",)), configs))
+    assert result.value == "0.8.0"
+    assert "kserve/shared-picker" in result.source
 
 
 def test_a_config_in_the_objects_namespace_hides_kserves() -> None:
@@ -110,10 +114,10 @@ def test_kserves_namespace_is_the_one_configured() -> None:
 
 def test_the_preset_as_edited_in_the_cluster_decides() -> None:
     edited = config("kserve", PRESET, "0.8.0")
-    version = picker_version(target(), read(edited))
-    assert _value(version) == "0.8.0"
-    assert producer_layout(version) is False  # type: ignore[arg-type]
-    assert producer_layout(picker_version(target(), read(SHIPPED))) is True  # type: ignore[arg-type]
+    version = _known(picker_version(target(), read(edited)))
+    assert version.value == "0.8.0"
+    assert producer_layout(version) is False
+    assert producer_layout(_known(picker_version(target(), read(SHIPPED)))) is True
 
 
 def test_the_pinned_preset_name_is_read_from_status() -> None:
@@ -123,9 +127,9 @@ def test_the_pinned_preset_name_is_read_from_status() -> None:
 
 
 def test_no_annotation_anywhere_is_kserves_zero_version() -> None:
-    result = picker_version(target(), read(config("kserve", PRESET)))
-    assert _value(result) == ABSENT_VERSION
-    assert producer_layout(result) is False  # type: ignore[arg-type]
+    result = _known(picker_version(target(), read(config("kserve", PRESET))))
+    assert result.value == ABSENT_VERSION
+    assert producer_layout(result) is False
     # Set empty on the object, it hides the preset's value (KServe then reads 0.0.0).
     assert _value(picker_version(target(""), read(SHIPPED))) == ABSENT_VERSION
 
