@@ -1,5 +1,6 @@
 """Fixtures for tests that run the operator: CRDs installed, the operator running as the
-restricted kvtier-operator identity, and helpers to build model-server targets."""
+restricted kvtier-operator identity, KServe's own manager beside it on a control plane of its
+own, and helpers to build model-server targets."""
 
 from __future__ import annotations
 
@@ -7,13 +8,17 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 from kubernetes import client
 
+from kserve_controller import KServeController
 from localcluster import LocalCluster, upstream_crds
+from tests.conftest import api_client
+from tests.e2e.kube_helpers import apply_policy
 from tests.e2e.operator_process import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,6 +60,38 @@ def operator(
     finally:
         proc.stop()
         print(f"operator log: {log}")
+
+
+@dataclass
+class KServeStack:
+    cluster: LocalCluster
+    api: client.ApiClient
+    kserve: KServeController
+    operator: OperatorProcess
+
+
+@pytest.fixture(scope="session")
+def kserve_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KServeStack]:
+    """A control plane of its own (the webhooks and conversion KServe registers would reach
+    every other test's LLMInferenceService), KServe's manager and kvtier's operator on it,
+    started once for every module that drives both controllers (each in namespaces of its own).
+    """
+    from tests.e2e.test_operator_apply import POLICY  # here: that module imports this one
+
+    logs = tmp_path_factory.mktemp("kserve-controller")
+    with own_cluster("kserve-ctl") as cluster:
+        kserve = KServeController(cluster, logs)
+        operator = OperatorProcess(cluster, logs / "operator.log")
+        try:
+            kserve.start()
+            api = api_client(cluster.admin_kubeconfig)
+            apply_policy(api, POLICY)
+            operator.start()
+            yield KServeStack(cluster, api, kserve, operator)
+        finally:
+            operator.stop()
+            kserve.stop()
+            print(f"logs: {logs}")
 
 
 def llm_inference_service(

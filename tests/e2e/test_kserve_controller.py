@@ -19,8 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -28,17 +27,13 @@ import pytest
 import yaml
 from kubernetes import client
 
-from kserve_controller import KServeController
 from kvtier.kube.rest import Kube
 from kvtier.render.naming import DSHM_VOLUME
 from kvtier.render.quantities import quantity_to_bytes
 from kvtier.render.targets import KV_FLAG
-from localcluster import LocalCluster
-from tests.conftest import api_client
 from tests.e2e import audit
-from tests.e2e.conftest import create_target, llm_inference_service, own_cluster
+from tests.e2e.conftest import KServeStack, create_target, llm_inference_service
 from tests.e2e.kube_helpers import (
-    apply_policy,
     create_tier,
     eventually,
     exists,
@@ -46,7 +41,6 @@ from tests.e2e.kube_helpers import (
     new_namespace,
     wait_condition,
 )
-from tests.e2e.operator_process import OperatorProcess
 from tests.e2e.test_kserve_offload import VLLM, oracle, render
 from tests.e2e.test_llmd_roles import USER_MEMORY, WORKLOADS, _tier, multi_node, prefill_decode
 from tests.e2e.test_operator_apply import NEMOTRON, POLICY, POOL, STUDY
@@ -62,34 +56,6 @@ EXTRA = "kv_connector_extra_config"
 LWS_ENV = {"LWS_LEADER_ADDRESS": "localhost"}
 # The user's LLMInferenceService of the README (single node, TP 8, llm-d router).
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "targets" / "nemotron-llmisvc.yaml"
-
-
-@dataclass
-class Stack:
-    cluster: LocalCluster
-    api: client.ApiClient
-    kserve: KServeController
-    operator: OperatorProcess
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """A control plane of its own (the webhooks and conversion KServe registers would reach
-    every other test's LLMInferenceService), KServe's manager and kvtier's operator on it."""
-    logs = tmp_path_factory.mktemp("kserve-controller")
-    with own_cluster("kserve-ctl") as cluster:
-        kserve = KServeController(cluster, logs)
-        operator = OperatorProcess(cluster, logs / "operator.log")
-        try:
-            kserve.start()
-            api = api_client(cluster.admin_kubeconfig)
-            apply_policy(api, POLICY)
-            operator.start()
-            yield Stack(cluster, api, kserve, operator)
-        finally:
-            operator.stop()
-            kserve.stop()
-            print(f"logs: {logs}")
 
 
 def _get(api: client.ApiClient, path: str) -> dict[str, Any]:
@@ -262,13 +228,18 @@ def assert_oracle_agrees(oracle: Path, api: client.ApiClient, ns: str, name: str
     assert argvs == sum(any(c["name"] == "main" for c in p["containers"]) for p in real.values())
 
 
+def _disk_tier(name: str, workload: dict[str, Any], disk: dict[str, Any]) -> dict[str, Any]:
+    """An Apply tier with a disk tier and no probe on LLMInferenceService `name`."""
+    return {**_tier(name), "workload": workload, "disk": disk, "probe": {"enabled": False}}
+
+
 def test_kserve_deploys_kvtiers_nvme_tier_and_gives_the_original_back(
-    stack: Stack, oracle: Path
+    kserve_stack: KServeStack, oracle: Path
 ) -> None:
     """Single node: the Deployment's vLLM gets kvtier's cpu_bytes_to_use and the NVMe claim at
     the root_dir of its flag, the pod kvtier's memory and /dev/shm; the tier's removal gives
     back the Deployment KServe wrote for the user's object."""
-    api, user = stack.api, yaml.safe_load(EXAMPLE.read_text())
+    api, user = kserve_stack.api, yaml.safe_load(EXAMPLE.read_text())
     name = user["metadata"]["name"]
     ns = new_namespace(api, "kserve-ctl")
     user["metadata"]["namespace"] = ns
@@ -283,13 +254,7 @@ def test_kserve_deploys_kvtiers_nvme_tier_and_gives_the_original_back(
         api,
         ns,
         name,
-        {
-            "mode": "Apply",
-            "targetRef": {"kind": "LLMInferenceService", "name": name},
-            "workload": STUDY,
-            "disk": {"type": "NVMe", "nvme": {"pool": POOL, "size": "2Ti"}},
-            "probe": {"enabled": False},
-        },
+        _disk_tier(name, STUDY, {"type": "NVMe", "nvme": {"pool": POOL, "size": "2Ti"}}),
     )
     tier = wait_condition(api, ns, name, "Ready", "True", "Applied", timeout=120)
     sizing = tier["status"]["sizing"]
@@ -338,11 +303,13 @@ def test_kserve_deploys_kvtiers_nvme_tier_and_gives_the_original_back(
     assert _get(api, deployment)["spec"]["template"]["metadata"] == template_meta
 
 
-def test_kserve_mounts_kvtiers_cephfs_claim_on_every_replica(stack: Stack, oracle: Path) -> None:
+def test_kserve_mounts_kvtiers_cephfs_claim_on_every_replica(
+    kserve_stack: KServeStack, oracle: Path
+) -> None:
     """Three replicas share a CephFS tier: KServe's Deployment mounts kvtier's claim by name at
     the flag's root_dir, its vLLM gets kvtier's cpu_bytes_to_use and every replica kvtier's
     PYTHONHASHSEED; all of it goes with the tier."""
-    api, user = stack.api, yaml.safe_load(EXAMPLE.read_text())
+    api, user = kserve_stack.api, yaml.safe_load(EXAMPLE.read_text())
     name = user["metadata"]["name"]
     ns = new_namespace(api, "kserve-cephfs")
     user["metadata"]["namespace"] = ns
@@ -351,17 +318,9 @@ def test_kserve_mounts_kvtiers_cephfs_claim_on_every_replica(stack: Stack, oracl
     key = ("Deployment", f"{name}-kserve", "pod")
     original = settled(api, ns, name, lambda w: key in w, f"KServe's Deployment {key[1]}")
 
+    workload = {"averageContextTokens": 50000, "concurrentSessions": 96}
     create_tier(
-        api,
-        ns,
-        name,
-        {
-            "mode": "Apply",
-            "targetRef": {"kind": "LLMInferenceService", "name": name},
-            "workload": {"averageContextTokens": 50000, "concurrentSessions": 96},
-            "disk": {"type": "CephFS", "cephfs": {"size": "2Ti"}},
-            "probe": {"enabled": False},
-        },
+        api, ns, name, _disk_tier(name, workload, {"type": "CephFS", "cephfs": {"size": "2Ti"}})
     )
     tier = wait_condition(api, ns, name, "Provisioned", "False", "ClaimPending")
     [claim] = [t["claimName"] for t in tier["status"]["tiers"] if t["name"] == "cephfs"]
@@ -416,13 +375,13 @@ def delete_tier(api: client.ApiClient, ns: str, name: str) -> None:
 
 @pytest.mark.parametrize("shape", [prefill_decode, multi_node])
 def test_llmd_roles_deployed_by_kserve_carry_each_roles_figures(
-    stack: Stack, oracle: Path, shape: Callable[[], dict[str, Any]]
+    kserve_stack: KServeStack, oracle: Path, shape: Callable[[], dict[str, Any]]
 ) -> None:
     """Prefill/decode (a Deployment and a prefill LeaderWorkerSet) and multi-node (a
     LeaderWorkerSet, the user writing v1alpha1): every pod KServe's controller writes gets its
     role's memory and /dev/shm and its vLLM the role's cpu_bytes_to_use; all of it back to
     KServe's rendering of the user's object once the tier goes."""
-    api, user = stack.api, shape()
+    api, user = kserve_stack.api, shape()
     name = user["metadata"]["name"]
     ns = new_namespace(api, "kserve-llmd")
     create_target(api, ns, user)
@@ -464,11 +423,11 @@ def test_llmd_roles_deployed_by_kserve_carry_each_roles_figures(
     assert {k: back[k] for k in template_of} == {k: original[k] for k in template_of}
 
 
-def test_kserves_webhooks_are_served(stack: Stack) -> None:
+def test_kserves_webhooks_are_served(kserve_stack: KServeStack) -> None:
     """The apiserver calls KServe's own webhooks on the manager: conversion for both served
     versions, defaulting (spec.model.name) and validation (a worker without data or pipeline
     parallelism, which the schema admits)."""
-    api = stack.api
+    api = kserve_stack.api
     crd = client.ApiextensionsV1Api(api).read_custom_resource_definition(
         "llminferenceservices.serving.kserve.io"
     )
@@ -491,12 +450,12 @@ def test_kserves_webhooks_are_served(stack: Stack) -> None:
     assert cause["field"] == "spec.worker" and "parallelism must be configured" in cause["message"]
 
 
-def test_no_write_war_with_kserves_controller(stack: Stack) -> None:
+def test_no_write_war_with_kserves_controller(kserve_stack: KServeStack) -> None:
     """A router-less object (the oracle harness cannot render one: KServe's reconciler asks
     the API server's discovery for the v1alpha2 InferencePool, and the harness has no server)
     with a CPU tier: KServe's Deployment gets the flag, and once both controllers settled,
     kvtier writes nothing more while KServe goes on reconciling its status."""
-    api, name = stack.api, "plain"
+    api, name = kserve_stack.api, "plain"
     ns = new_namespace(api, "kserve-quiet")
     create_target(api, ns, llm_inference_service(name, tp=8, model_uri=NEMOTRON))
     create_tier(api, ns, name, _tier(name))
@@ -515,6 +474,6 @@ def test_no_write_war_with_kserves_controller(stack: Stack) -> None:
     start = time.time()
     time.sleep(20)
     names: list[str] = []
-    writes = audit.writes(stack.cluster.audit_log, since=start, names=names, namespace=ns)
+    writes = audit.writes(kserve_stack.cluster.audit_log, since=start, names=names, namespace=ns)
     assert sum(n for (_, res), n in writes.items() if res == "llminferenceservices") == 0, names
     assert stored(api, ns, name)["metadata"]["generation"] == generation

@@ -12,7 +12,6 @@ of the fields deploy/argocd/application.yaml ignores carried into the manifest.
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ from kvtier.render.scheduler_configmap import (
 )
 from localcluster import LocalCluster
 from tests.e2e import audit
+from tests.e2e.conftest import llm_inference_service
 from tests.e2e.kube_helpers import (
     apply_policy,
     create_tier,
@@ -44,37 +44,15 @@ from tests.e2e.kube_helpers import (
 )
 from tests.e2e.operator_process import OperatorProcess
 from tests.e2e.test_chart import CHART, helm
+from tests.e2e.test_llmd_roles import _tier
 from tests.e2e.test_operator_apply import POLICY
 from tests.e2e.test_real_contracts import APPLIED, ARGO, argo_sync, live, respecting_ignored
+from tests.scheduler_fixtures import EPP, plugin_parameters
 
 REPO = Path(__file__).resolve().parents[2]
 OPT_IN = REPO / "deploy" / "manifests" / "opt-in" / "scheduler-configmaps.yaml"
 ROUNDS = 10
 CONFIGMAP = "qwen-epp"
-# llm-d's tiered-prefix-cache layout as a user keeps it in git: comments and flow maps that
-# only an edit in place keeps.
-EPP = """\
-# Endpoint picker for qwen: GPU and CPU prefix scorers (llm-d tiered-prefix-cache guide).
-apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: queue-scorer
-- type: prefix-cache-scorer
-  name: gpu-prefix-cache-scorer
-- type: prefix-cache-scorer
-  name: cpu-prefix-cache-scorer
-  parameters:
-    autoTune: false   # vLLM reports no CPU-tier capacity
-    lruCapacityPerServer: 41000
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - {pluginRef: queue-scorer, weight: 2}
-  - {pluginRef: gpu-prefix-cache-scorer, weight: 1}
-  - {pluginRef: cpu-prefix-cache-scorer, weight: 1}
-  - pluginRef: max-score-picker
-"""
 
 
 def _configmap(text: str = EPP) -> dict[str, Any]:
@@ -87,45 +65,23 @@ def _configmap(text: str = EPP) -> dict[str, Any]:
 
 
 def _server() -> dict[str, Any]:
-    return {
-        "apiVersion": "serving.kserve.io/v1alpha2",
-        "kind": "LLMInferenceService",
-        "metadata": {"name": "qwen"},
-        "spec": {
-            "model": {"uri": "hf://Qwen/Qwen3-32B", "name": "Qwen/Qwen3-32B"},
-            "replicas": 2,
-            "parallelism": {"tensor": 4},
-            "template": {
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "ghcr.io/llm-d/llm-d-cuda:v0.8.0",
-                        "resources": {
-                            "limits": {"nvidia.com/gpu": "4", "memory": "256Gi"},
-                            "requests": {"nvidia.com/gpu": "4", "memory": "256Gi"},
-                        },
-                    }
-                ]
-            },
-            "router": {
-                "route": {},
-                "gateway": {},
-                "scheduler": {
-                    # A 0.8 picker, whose scorer takes the capacity (KServe drops it from 0.9.0).
-                    "annotations": {"app.kubernetes.io/version": "0.8.0"},
-                    "config": {"ref": {"name": CONFIGMAP, "key": "epp"}},
-                },
-            },
+    server = llm_inference_service("qwen", tp=4, replicas=2, model_uri="hf://Qwen/Qwen3-32B")
+    server["spec"]["model"]["name"] = "Qwen/Qwen3-32B"
+    (main,) = server["spec"]["template"]["containers"]
+    main["image"] = "ghcr.io/llm-d/llm-d-cuda:v0.8.0"
+    server["spec"]["router"] = {
+        "route": {},
+        "gateway": {},
+        "scheduler": {
+            # A 0.8 picker, whose scorer takes the capacity (KServe drops it from 0.9.0).
+            "annotations": {"app.kubernetes.io/version": "0.8.0"},
+            "config": {"ref": {"name": CONFIGMAP, "key": "epp"}},
         },
     }
+    return server
 
 
-TIER: dict[str, Any] = {
-    "mode": "Apply",
-    "targetRef": {"kind": "LLMInferenceService", "name": "qwen"},
-    "workload": {"averageContextTokens": 50000, "concurrentSessions": 64},
-    "disk": {"type": "None"},
-}
+TIER = _tier("qwen")
 
 
 def _read(api: client.ApiClient, ns: str, name: str = CONFIGMAP) -> dict[str, Any]:
@@ -141,12 +97,16 @@ def _argo_configmap(api: client.ApiClient, ns: str, manifest: dict[str, Any]) ->
         if exc.status != 404:
             raise
         current = {}
-    body = respecting_ignored(manifest, current) if current else copy.deepcopy(manifest)
-    body["metadata"] = {**body["metadata"], "namespace": ns}
+    _apply_as_argo(api, ns, respecting_ignored(manifest, current) if current else manifest)
+
+
+def _apply_as_argo(api: client.ApiClient, ns: str, configmap: dict[str, Any]) -> None:
+    """A forced apply of the ConfigMap by Argo CD's manager."""
+    name = configmap["metadata"]["name"]
     Kube(api).request(
         "PATCH",
-        f"/api/v1/namespaces/{ns}/configmaps/{CONFIGMAP}",
-        json.dumps(body),
+        f"/api/v1/namespaces/{ns}/configmaps/{name}",
+        json.dumps({**configmap, "metadata": {**configmap["metadata"], "namespace": ns}}),
         content_type="application/apply-patch+yaml",
         query={"fieldManager": ARGO, "force": "true"},
     )
@@ -161,12 +121,6 @@ def _opt_in(api: client.ApiClient, ns: str) -> None:
             rbac.create_namespaced_role(ns, doc)
         else:
             rbac.create_namespaced_role_binding(ns, doc)
-
-
-def _cpu_parameters(text: str) -> dict[str, Any]:
-    plugins = yaml.safe_load(text)["plugins"]
-    found: dict[str, Any] = next(p for p in plugins if p.get("name") == "cpu-prefix-cache-scorer")
-    return dict(found["parameters"])
 
 
 @pytest.fixture(scope="module")
@@ -292,21 +246,10 @@ def test_argo_re_applies_cause_no_write(
     assert after["metadata"]["annotations"] == before["metadata"]["annotations"]
     # Without the ConfigMap's ignoreDifferences a sync takes the value back: kvtier writes
     # it again (this is the war deploy/argocd/application.yaml prevents).
-    _argo_configmap_plain(admin_api, ns)
+    _apply_as_argo(admin_api, ns, _configmap())
     eventually(
         lambda: _read(admin_api, ns)["data"]["epp"] == before["data"]["epp"],
         what="kvtier's value back",
-    )
-
-
-def _argo_configmap_plain(api: client.ApiClient, ns: str) -> None:
-    body = {**_configmap(), "metadata": {"name": CONFIGMAP, "namespace": ns}}
-    Kube(api).request(
-        "PATCH",
-        f"/api/v1/namespaces/{ns}/configmaps/{CONFIGMAP}",
-        json.dumps(body),
-        content_type="application/apply-patch+yaml",
-        query={"fieldManager": ARGO, "force": "true"},
     )
 
 
@@ -352,14 +295,7 @@ def test_a_configmap_the_server_no_longer_names_gets_the_users_text_back(
     blocks = _blocks(admin_api, ns)
     text = _read(admin_api, ns)["data"]["epp"]
     user_text = text.replace(f"lruCapacityPerServer: {blocks}", "lruCapacityPerServer: 41000")
-    other = {**_configmap(), "metadata": {"name": "qwen-epp-v2"}}
-    Kube(admin_api).request(
-        "PATCH",
-        f"/api/v1/namespaces/{ns}/configmaps/qwen-epp-v2",
-        json.dumps({**other, "metadata": {"name": "qwen-epp-v2", "namespace": ns}}),
-        content_type="application/apply-patch+yaml",
-        query={"fieldManager": ARGO, "force": "true"},
-    )
+    _apply_as_argo(admin_api, ns, {**_configmap(), "metadata": {"name": "qwen-epp-v2"}})
     argo_sync(admin_api, ns, _moved("qwen-epp-v2"))
 
     def moved() -> bool:
@@ -403,7 +339,7 @@ def test_deleting_the_tier_gives_the_users_text_back_exactly(
         what="the record gone",
     )
     assert restored["data"]["epp"] == user_text
-    assert _cpu_parameters(restored["data"]["epp"]) == {
+    assert plugin_parameters(restored["data"]["epp"]) == {
         "autoTune": False,
         "lruCapacityPerServer": 41000,
     }

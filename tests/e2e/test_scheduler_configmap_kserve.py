@@ -7,52 +7,26 @@ nothing itself: the picker reads its config only at start-up (docs/llm-d.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
-import yaml
 from kubernetes import client
 
-from kserve_controller import KServeController
 from kvtier.kube.rest import Kube
-from localcluster import LocalCluster
-from tests.conftest import api_client
-from tests.e2e.conftest import own_cluster
+from tests.e2e.conftest import KServeStack
 from tests.e2e.kube_helpers import (
-    apply_policy,
     create_tier,
     eventually,
     get_tier,
     new_namespace,
     wait_condition,
 )
-from tests.e2e.operator_process import OperatorProcess
-from tests.e2e.test_operator_apply import POLICY
-from tests.e2e.test_scheduler_configmap import CONFIGMAP, EPP, TIER, _configmap, _opt_in, _server
+from tests.e2e.test_llmd_roles import _tier
+from tests.e2e.test_scheduler_configmap import CONFIGMAP, TIER, _configmap, _opt_in, _server
+from tests.scheduler_fixtures import CPU_PARAMETERS, EPP, plugin_parameters
 
 # A cold build of the manager downloads KServe's module graph (minutes on a fresh cache).
 pytestmark = pytest.mark.timeout(1800)
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, Any]]:
-    """A control plane of its own (KServe's webhooks and conversion would reach every other
-    test's LLMInferenceService), KServe's manager and kvtier's operator on it."""
-    logs = tmp_path_factory.mktemp("kserve-epp")
-    with own_cluster("kserve-epp") as cluster:
-        kserve = KServeController(cluster, logs)
-        operator = OperatorProcess(cluster, logs / "operator.log")
-        try:
-            kserve.start()
-            api = api_client(cluster.admin_kubeconfig)
-            apply_policy(api, POLICY)
-            operator.start()
-            yield cluster, api
-        finally:
-            operator.stop()
-            kserve.stop()
-            print(f"logs: {logs}")
 
 
 def _picker(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
@@ -75,14 +49,6 @@ def _config_text(deployment: dict[str, Any] | None) -> str | None:
     return args[args.index("--config-text") + 1] if "--config-text" in args else None
 
 
-def _cpu_parameters(text: str | None) -> Any:
-    """The CPU scorer's parameters in the text the picker gets (KServe re-serialises it)."""
-    if text is None:
-        return None
-    plugins = yaml.safe_load(text)["plugins"]
-    return next(p for p in plugins if p.get("name") == "cpu-prefix-cache-scorer").get("parameters")
-
-
 def _server_at(ns: str, name: str, version: str | None) -> dict[str, Any]:
     server = _server()
     scheduler = server["spec"]["router"]["scheduler"]
@@ -96,8 +62,8 @@ def _server_at(ns: str, name: str, version: str | None) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def ns(stack: tuple[LocalCluster, Any]) -> str:
-    _, api = stack
+def ns(kserve_stack: KServeStack) -> str:
+    api = kserve_stack.api
     ns = new_namespace(api, "epp-kserve")
     _opt_in(api, ns)
     Kube(api).create({**_configmap(), "metadata": {"name": CONFIGMAP, "namespace": ns}})
@@ -105,13 +71,13 @@ def ns(stack: tuple[LocalCluster, Any]) -> str:
 
 
 def test_kserve_passes_kvtiers_values_to_a_08_picker_and_the_users_back(
-    stack: tuple[LocalCluster, Any], ns: str
+    kserve_stack: KServeStack, ns: str
 ) -> None:
-    _, api = stack
+    api = kserve_stack.api
     Kube(api).create(_server_at(ns, "qwen", "0.8.0"))
     user = {"autoTune": False, "lruCapacityPerServer": 41000}
     first = eventually(
-        lambda: _cpu_parameters(_config_text(p := _picker(api, ns, "qwen"))) == user and p,
+        lambda: plugin_parameters(_config_text(p := _picker(api, ns, "qwen"))) == user and p,
         timeout=120,
         what="KServe's picker on the user's values",
     )
@@ -120,7 +86,7 @@ def test_kserve_passes_kvtiers_values_to_a_08_picker_and_the_users_back(
     (decode,) = get_tier(api, ns, "qwen")["status"]["plan"]["roles"]
     want = {"autoTune": False, "lruCapacityPerServer": decode["cpuTierBlocks"]}
     rolled = eventually(
-        lambda: _cpu_parameters(_config_text(p := _picker(api, ns, "qwen"))) == want and p,
+        lambda: plugin_parameters(_config_text(p := _picker(api, ns, "qwen"))) == want and p,
         timeout=120,
         what="KServe's picker on kvtier's values",
     )
@@ -130,27 +96,27 @@ def test_kserve_passes_kvtiers_values_to_a_08_picker_and_the_users_back(
         "kvcache.io", "v1alpha1", ns, "kvcachetiers", "qwen"
     )
     eventually(
-        lambda: _cpu_parameters(_config_text(_picker(api, ns, "qwen"))) == user,
+        lambda: plugin_parameters(_config_text(_picker(api, ns, "qwen"))) == user,
         timeout=120,
         what="the user's values back",
     )
 
 
 def test_a_09_picker_gets_no_scorer_parameters_so_kvtier_writes_none_there(
-    stack: tuple[LocalCluster, Any], ns: str
+    kserve_stack: KServeStack, ns: str
 ) -> None:
     """KServe's own preset (picker 0.9.0) strips the scorer's parameters from the text: for a
     scorer that names no producer kvtier says where the capacity goes instead, and leaves the
     ConfigMap alone."""
-    _, api = stack
+    api = kserve_stack.api
     Kube(api).create(_server_at(ns, "qwen-09", None))
     eventually(
         lambda: (p := _picker(api, ns, "qwen-09")) and _config_text(p) is not None,
         timeout=120,
         what="KServe's picker",
     )
-    assert _cpu_parameters(_config_text(_picker(api, ns, "qwen-09"))) is None
-    create_tier(api, ns, "qwen-09", {**TIER, "targetRef": {**TIER["targetRef"], "name": "qwen-09"}})
+    assert plugin_parameters(_config_text(_picker(api, ns, "qwen-09"))) is None
+    create_tier(api, ns, "qwen-09", _tier("qwen-09"))
     tier = wait_condition(
         api, ns, "qwen-09", "SchedulerSynced", "False", "SchedulerParametersDropped", timeout=120
     )
@@ -162,11 +128,7 @@ def test_a_09_picker_gets_no_scorer_parameters_so_kvtier_writes_none_there(
 
 # llm-d router v0.9.0's tiered layout: the CPU scorer reads the producer it names.
 EPP_09 = EPP.replace(
-    "  name: cpu-prefix-cache-scorer\n  parameters:\n"
-    "    autoTune: false   # vLLM reports no CPU-tier capacity\n"
-    "    lruCapacityPerServer: 41000\n",
-    "  name: cpu-prefix-cache-scorer\n  parameters:\n"
-    "    prefixMatchInfoProducerName: cpuPrefixProducer\n",
+    CPU_PARAMETERS, "  parameters:\n    prefixMatchInfoProducerName: cpuPrefixProducer\n"
 ).replace(
     "- type: queue-scorer\n",
     "- type: queue-scorer\n- type: approx-prefix-cache-producer\n  name: cpuPrefixProducer\n"
@@ -174,17 +136,15 @@ EPP_09 = EPP.replace(
 )
 
 
-def _producer(text: str | None) -> Any:
-    if text is None:
-        return None
-    plugins = yaml.safe_load(text)["plugins"]
-    return next(p for p in plugins if p.get("name") == "cpuPrefixProducer").get("parameters")
+def _producer(api: client.ApiClient, ns: str, name: str) -> Any:
+    """The producer's parameters in the text KServe gives the picker (it re-serialises it)."""
+    return plugin_parameters(_config_text(_picker(api, ns, name)), "cpuPrefixProducer")
 
 
 def test_a_09_pickers_producer_gets_kvtiers_capacity_through_kserve(
-    stack: tuple[LocalCluster, Any], ns: str
+    kserve_stack: KServeStack, ns: str
 ) -> None:
-    _, api = stack
+    api = kserve_stack.api
     assert EPP_09 != EPP and "cpuPrefixProducer" in EPP_09
     name = "qwen-producer"
     configmap = {"name": f"{name}-epp", "namespace": ns}
@@ -194,11 +154,11 @@ def test_a_09_pickers_producer_gets_kvtiers_capacity_through_kserve(
     Kube(api).create(server)
     user = {"blockSizeTokens": 64}
     eventually(
-        lambda: _producer(_config_text(_picker(api, ns, name))) == user,
+        lambda: _producer(api, ns, name) == user,
         timeout=120,
         what="KServe's picker on the user's producer",
     )
-    create_tier(api, ns, name, {**TIER, "targetRef": {**TIER["targetRef"], "name": name}})
+    create_tier(api, ns, name, _tier(name))
     tier = wait_condition(api, ns, name, "SchedulerSynced", "True", timeout=120)
     (decode,) = tier["status"]["plan"]["roles"]
     blocks = decode["cpuBytesToUse"] // (64 * tier["status"]["sizing"]["bytesPerToken"])
@@ -206,7 +166,7 @@ def test_a_09_pickers_producer_gets_kvtiers_capacity_through_kserve(
     assert tier["status"]["plan"]["scheduler"]["lruCapacityPerServer"] == blocks
     want = {**user, "autoTune": False, "lruCapacityPerServer": blocks}
     eventually(
-        lambda: _producer(_config_text(_picker(api, ns, name))) == want,
+        lambda: _producer(api, ns, name) == want,
         timeout=120,
         what="KServe's picker on kvtier's producer values",
     )
@@ -224,7 +184,7 @@ def test_a_09_pickers_producer_gets_kvtiers_capacity_through_kserve(
         what="the user's text back",
     )
     eventually(
-        lambda: _producer(_config_text(_picker(api, ns, name))) == user,
+        lambda: _producer(api, ns, name) == user,
         timeout=120,
         what="KServe's picker on the user's producer again",
     )

@@ -12,22 +12,8 @@ import jsonpatch
 from kvtier.policy.decide import decide
 from kvtier.render.scheduler_configmap import GRANT_VALUE
 from kvtier.render.targets import APPLIED_ANNOTATION
+from tests.scheduler_fixtures import EPP
 from tests.unit.test_decide import conds, facts, llmisvc, tier
-
-EPP = """\
-apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: prefix-cache-scorer
-  name: cpu-prefix-cache-scorer
-  parameters:
-    autoTune: false
-    lruCapacityPerServer: 41000
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: cpu-prefix-cache-scorer
-"""
 
 
 def _target() -> dict[str, Any]:

@@ -38,38 +38,13 @@ from kvtier.render.scheduler_configmap import (
     configmap_writes,
 )
 from kvtier.render.scheduler_text import edit_parameters
+from tests.scheduler_fixtures import CPU_PARAMETERS, plugin_parameters
+from tests.scheduler_fixtures import EPP as GUIDE
+from tests.unit.test_render_scheduler import CONFIG, PER_TOKEN, GiB
 
-GiB = 1 << 30
-PER_TOKEN = 262_144  # Qwen3-32B, 16-bit KV, whole server
-CONFIG = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both"}
 DECODE = RoleOffload("decode", ("template",), CONFIG, 100 * GiB, 0, 0, PER_TOKEN, 100 * GiB)
 BLOCKS = 100 * GiB // (16 * PER_TOKEN)  # 25600
 TIER = "0123456789abcdef"
-
-# llm-d's tiered-prefix-cache guide layout, as a user keeps it in git: comments, quoting
-# and blank lines that only a byte-exact edit keeps.
-GUIDE = """\
-# Endpoint picker for qwen: GPU and CPU prefix scorers.
-apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: queue-scorer
-- type: prefix-cache-scorer
-  name: gpu-prefix-cache-scorer
-- type: prefix-cache-scorer
-  name: cpu-prefix-cache-scorer
-  parameters:
-    autoTune: false          # vLLM reports no CPU-tier capacity
-    lruCapacityPerServer: 41000
-
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: queue-scorer
-    weight: 2
-  - {pluginRef: gpu-prefix-cache-scorer, weight: 1}
-  - {pluginRef: cpu-prefix-cache-scorer, weight: 1}
-"""
 
 
 def _target(ref: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -111,9 +86,7 @@ def _written(configmap: dict[str, Any]) -> dict[str, Any]:
 
 
 def _params(text: str) -> dict[str, Any]:
-    plugins = yaml.safe_load(text)["plugins"]
-    found: dict[str, Any] = next(p for p in plugins if p.get("name") == CPU_SCORER)
-    return dict(found.get("parameters") or {})
+    return dict(plugin_parameters(text) or {})
 
 
 def test_the_capacity_is_the_one_an_inline_config_gets() -> None:
@@ -142,18 +115,10 @@ def test_only_kvtiers_two_values_change_in_the_users_text() -> None:
 
 
 LAYOUTS = {
-    "no autoTune": GUIDE.replace(
-        "    autoTune: false          # vLLM reports no CPU-tier capacity\n", ""
-    ),
-    "no parameters": GUIDE.replace(
-        "  parameters:\n    autoTune: false          # vLLM reports no CPU-tier capacity\n"
-        "    lruCapacityPerServer: 41000\n",
-        "",
-    ),
+    "no autoTune": GUIDE.replace("    autoTune: false   # vLLM reports no CPU-tier capacity\n", ""),
+    "no parameters": GUIDE.replace(CPU_PARAMETERS, ""),
     "flow parameters": GUIDE.replace(
-        "  parameters:\n    autoTune: false          # vLLM reports no CPU-tier capacity\n"
-        "    lruCapacityPerServer: 41000\n",
-        "  parameters: {maxPrefixBlocksToMatch: 256}\n",
+        CPU_PARAMETERS, "  parameters: {maxPrefixBlocksToMatch: 256}\n"
     ),
     "indented sequences": """\
 apiVersion: inference.networking.x-k8s.io/v1alpha1
