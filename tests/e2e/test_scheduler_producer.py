@@ -1,6 +1,7 @@
-"""An endpoint picker of 0.9.0 or later (KServe v0.20's preset) with its config inline: kvtier
-keeps the approx-prefix-cache-producer the CPU scorer names in step on the local control plane
-with KServe's CRDs, Argo CD re-applies (deploy/argocd/application.yaml's ignoreDifferences)
+"""An endpoint picker of 0.9.0 or later (KServe v0.20's scheduler preset, here in the
+LLMInferenceService's namespace) with its config inline: kvtier keeps the
+approx-prefix-cache-producer the CPU scorer names in step on the local control plane with
+KServe's CRDs, Argo CD re-applies (deploy/argocd/application.yaml's ignoreDifferences)
 cause no operator write, and deleting the tier gives the user's router config back exactly."""
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from typing import Any
 
 from kubernetes import client
 
+from kvtier.render.picker_version import PRESET
+from kvtier.render.scheduler import VERSION_ANNOTATION
 from localcluster import LocalCluster
 from tests.e2e import audit
 from tests.e2e.kube_helpers import (
@@ -26,12 +29,18 @@ from tests.e2e.test_real_contracts import APPLIED, argo_sync, live
 from tests.e2e.test_scheduler_configmap import TIER, _server
 
 ROUNDS = 10
+PRESET_CONFIG = {
+    "apiVersion": "serving.kserve.io/v1alpha2",
+    "kind": "LLMInferenceServiceConfig",
+    "metadata": {"name": PRESET},
+    "spec": {"router": {"scheduler": {"annotations": {VERSION_ANNOTATION: "0.9.0"}}}},
+}
 
 
 def _user() -> dict[str, Any]:
     server = _server()
     scheduler = server["spec"]["router"]["scheduler"]
-    del scheduler["annotations"]  # KServe's preset: picker 0.9.0
+    del scheduler["annotations"]  # the scheduler preset's: picker 0.9.0
     scheduler["config"] = {
         "inline": {
             "apiVersion": "inference.networking.x-k8s.io/v1alpha1",
@@ -79,6 +88,10 @@ def test_a_09_pickers_producer_in_step_through_argo_and_back(
 ) -> None:
     apply_policy(admin_api, POLICY)
     ns = new_namespace(admin_api, "producer")
+    # KServe's shipped scheduler preset, found in the object's namespace before KServe's own.
+    client.CustomObjectsApi(admin_api).create_namespaced_custom_object(
+        "serving.kserve.io", "v1alpha2", ns, "llminferenceserviceconfigs", PRESET_CONFIG
+    )
     argo_sync(admin_api, ns, _user())
     user = live(admin_api, ns, _user())
     create_tier(admin_api, ns, "qwen", TIER)

@@ -63,6 +63,10 @@ manifests and the OLM bundle are rendered from this chart). Secrets are never gr
 - apiGroups: [serving.kserve.io]
   resources: [inferenceservices, llminferenceservices]
   verbs: [get, list, watch, patch]
+# The scheduler presets and baseRef'd configs the endpoint picker's version comes from.
+- apiGroups: [serving.kserve.io]
+  resources: [llminferenceserviceconfigs]
+  verbs: [get, list, watch]
 - apiGroups: [""]
   resources: [configmaps, nodes, pods]
   verbs: [get, list, watch]

@@ -12,6 +12,7 @@ from typing import Any
 
 from kvtier.render.labels import TIER_ID
 from kvtier.render.naming import tier_id
+from kvtier.render.picker_version import KSERVE_NAMESPACE, config_keys
 from kvtier.render.scheduler import config_ref
 from kvtier.render.scheduler_configmap import configmap_record
 
@@ -92,6 +93,12 @@ class Cache:
     _by_scheduler_configmap: dict[TierKey, set[TargetKey]] = field(default_factory=dict)
     _scheduler_configmap_of: dict[TargetKey, TierKey] = field(default_factory=dict)
     _scheduler_records: dict[str, set[TierKey]] = field(default_factory=dict)
+    # LLMInferenceServiceConfigs by (namespace, name), every one (they are few), and which
+    # targets may take their endpoint picker's version from each (render/picker_version.py).
+    llmisvc_configs: dict[TierKey, dict[str, Any]] = field(default_factory=dict)
+    kserve_namespace: str = KSERVE_NAMESPACE
+    _by_llmisvc_config: dict[TierKey, set[TargetKey]] = field(default_factory=dict)
+    _llmisvc_configs_of: dict[TargetKey, list[TierKey]] = field(default_factory=dict)
 
     def set_tier(self, key: TierKey, tier: dict[str, Any]) -> None:
         self.pop_tier(key, keep_object=True)
@@ -136,6 +143,11 @@ class Cache:
             configmap = (key[1], ref[0])
             self._scheduler_configmap_of[key] = configmap
             self._by_scheduler_configmap.setdefault(configmap, set()).add(key)
+        if key[0] == "LLMInferenceService":
+            configs = config_keys(obj, self.kserve_namespace)
+            self._llmisvc_configs_of[key] = configs
+            for config in configs:
+                self._by_llmisvc_config.setdefault(config, set()).add(key)
 
     def forget_target(self, key: TargetKey) -> None:
         """The object is gone, and with it every version's view of it."""
@@ -146,6 +158,28 @@ class Cache:
         configmap = self._scheduler_configmap_of.pop(key, None)
         if configmap is not None:
             self._by_scheduler_configmap.get(configmap, set()).discard(key)
+        for config in self._llmisvc_configs_of.pop(key, []):
+            self._by_llmisvc_config.get(config, set()).discard(key)
+
+    def set_llmisvc_config(self, obj: dict[str, Any], deleted: bool) -> None:
+        meta = _meta(obj)
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        if deleted:
+            self.llmisvc_configs.pop(key, None)
+        else:
+            self.llmisvc_configs[key] = obj
+
+    def tiers_for_llmisvc_config(self, namespace: str, name: str) -> list[TierKey]:
+        """Tiers whose target may take its endpoint picker's version from this config."""
+        tiers: set[TierKey] = set()
+        for target in self._by_llmisvc_config.get((namespace, name), ()):
+            tiers.update(self.tiers_for_target(*target))
+        return sorted(tiers)
+
+    def llmisvc_configs_for(self, target: Mapping[str, Any]) -> dict[TierKey, dict[str, Any]]:
+        """The cached LLMInferenceServiceConfigs the target's picker version may come from."""
+        keys = config_keys(target, self.kserve_namespace)
+        return {k: self.llmisvc_configs[k] for k in keys if k in self.llmisvc_configs}
 
     def tiers_for_scheduler_configmap(self, namespace: str, name: str) -> list[TierKey]:
         """Tiers whose target's scheduler config is in this ConfigMap, or that left their

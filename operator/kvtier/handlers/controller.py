@@ -281,6 +281,8 @@ class Controller:
             capacities=list(self.cache.capacities.values()),
             scheduler_configmaps=schedulers,
             scheduler_forbidden=self._forbidden(schedulers),
+            llmisvc_configs=self._llmisvc_configs(target),
+            kserve_namespace=self.cache.kserve_namespace,
         )
         decision = decide(facts)
         finalizers = (tier.get("metadata") or {}).get("finalizers") or []
@@ -301,6 +303,7 @@ class Controller:
                 owned=self.cache.owned_for(namespace, name),
                 scheduler_configmaps=schedulers,
                 scheduler_forbidden=self._forbidden(schedulers),
+                llmisvc_configs=self._llmisvc_configs(target),
             )
             decision = decide(facts)
         elif decision.mode != "Apply" and FINALIZER in finalizers:
@@ -321,6 +324,15 @@ class Controller:
             # another round's work, as nothing else will wake the tier for them.
             self.queue.add_after(key, PENDING_RETRY_SECONDS)
         metrics.observe_tier(namespace, name, tier, decision.status)
+
+    def _llmisvc_configs(
+        self, target: Mapping[str, Any] | None
+    ) -> dict[tuple[str, str], dict[str, Any]] | None:
+        """The LLMInferenceServiceConfigs the watch holds for an LLMInferenceService target
+        (its picker's version comes from them); None for other targets."""
+        if target is None or target.get("kind") != "LLMInferenceService":
+            return None
+        return self.cache.llmisvc_configs_for(target)
 
     async def _scheduler_configmaps(
         self, key: TierKey, target: Mapping[str, Any] | None

@@ -101,6 +101,13 @@ def on_configmap(controller: Controller, event: str, obj: dict[str, Any]) -> Non
     controller.enqueue(sorted({*tiers, *cache.tiers_for_scheduler_configmap(*key)}))
 
 
+def on_llmisvc_config(controller: Controller, event: str, obj: dict[str, Any]) -> None:
+    """A scheduler preset or baseRef'd config: it may set a target's endpoint picker
+    version. kvtier never writes one, so every event is news."""
+    controller.cache.set_llmisvc_config(obj, deleted=event == "DELETED")
+    controller.enqueue(controller.cache.tiers_for_llmisvc_config(*_ns_name(obj)))
+
+
 def on_node(controller: Controller, event: str, obj: dict[str, Any]) -> None:
     name = _ns_name(obj)[1]
     if event == "DELETED":
@@ -172,6 +179,7 @@ def watches(llmisvc_version: str | None) -> list[tuple[Watched, Handler]]:
             on_target,
         ),
         (Watched("v1", "ConfigMap"), on_configmap),
+        (Watched("serving.kserve.io/v1alpha2", "LLMInferenceServiceConfig"), on_llmisvc_config),
         (Watched("v1", "Node"), on_node),
         (Watched("storage.k8s.io/v1", "StorageClass"), on_storage_class),
         (Watched("storage.k8s.io/v1", "CSIStorageCapacity"), on_capacity),

@@ -62,6 +62,7 @@ PLURALS: dict[str, tuple[str, bool]] = {
     "KVCachePolicy": ("kvcachepolicies", False),
     "InferenceService": ("inferenceservices", True),
     "LLMInferenceService": ("llminferenceservices", True),
+    "LLMInferenceServiceConfig": ("llminferenceserviceconfigs", True),
     "PersistentVolume": ("persistentvolumes", False),
     "PersistentVolumeClaim": ("persistentvolumeclaims", True),
     "StorageClass": ("storageclasses", False),

@@ -37,7 +37,12 @@ from kvtier.policy.provisioning import (
     split_writes,
 )
 from kvtier.policy.roles import RolePlan, role_input, role_plans
-from kvtier.policy.scheduler import configmap_step, referenced_configmap, scheduler_verdict
+from kvtier.policy.scheduler import (
+    configmap_step,
+    picker_layout,
+    referenced_configmap,
+    scheduler_verdict,
+)
 from kvtier.policy.server_flags import ServerFlags
 from kvtier.policy.targets import Placement, TargetFacts, placement, target_facts
 from kvtier.render import (
@@ -55,6 +60,7 @@ from kvtier.render.nvme import (
     recycle_released_volumes,
 )
 from kvtier.render.nvme_class import binding_warning
+from kvtier.render.picker_version import KSERVE_NAMESPACE
 from kvtier.render.probe_job import CephFSProbeVolume, NVMeProbeVolume
 from kvtier.render.quantities import to_quantity
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
@@ -130,6 +136,10 @@ class Facts:
     scheduler_configmaps: Sequence[Mapping[str, Any]] = ()
     # Names of those the operator may not patch (they answered 403).
     scheduler_forbidden: frozenset[str] = frozenset()
+    # The LLMInferenceServiceConfigs the endpoint picker's version may come from, by
+    # (namespace, name), as read (render/picker_version.py); None when none were read.
+    llmisvc_configs: Mapping[tuple[str, str], Mapping[str, Any]] | None = None
+    kserve_namespace: str = KSERVE_NAMESPACE
 
 
 READY_APPLIED = "Applied"  # Ready's reason in Apply mode, and the reason of a writes Event
@@ -788,6 +798,9 @@ def _render(
             evictor_image=facts.probe_image,
             kv_cache_dtype_flag=kv_cache_dtype_flag(eff, target.server),
             scheduler_configmap=scheduler_configmap,
+            picker_layout=picker_layout(
+                facts.target, facts.llmisvc_configs, facts.kserve_namespace
+            ),
         )
     except RenderError as exc:
         decision.status["plan"] = {"summary": f"{summary}\nCannot apply: {exc.message}"}

@@ -151,7 +151,9 @@ def config_ref(target: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def picker_version(target: Mapping[str, Any]) -> str:
-    """The endpoint picker's version as KServe v0.20 reads it for the target."""
+    """The endpoint picker's version from the target alone: its own annotation, else KServe's
+    shipped preset. The operator resolves it from the LLMInferenceServiceConfigs it reads
+    (render/picker_version.py) and passes the layout in; this is for callers that read none."""
     annotations = _at(target, ("spec", "router", "scheduler", "annotations"))
     value = annotations.get(VERSION_ANNOTATION) if isinstance(annotations, Mapping) else None
     return str(value) if value else KSERVE_PICKER_VERSION
@@ -180,20 +182,22 @@ def ref_capacity(roles: Sequence[RoleOffload]) -> int | None:
 
 
 def scheduler_sync(
-    target: Mapping[str, Any], roles: Sequence[RoleOffload], record: Mapping[str, Any]
+    target: Mapping[str, Any],
+    roles: Sequence[RoleOffload],
+    record: Mapping[str, Any],
+    layout: bool | SchedulerProblem | None = None,
 ) -> SchedulerSync | SchedulerProblem | None:
     """The CPU scorer's capacity from the tier for the target's inline config, a problem,
     or None when the target's scheduler config enables no CPU-tier prefix scorer (or is in
     a ConfigMap: render/scheduler_configmap.py). `record` is kvtier's record on the target
-    (its `scheduler` entry holds the user's values)."""
+    (its `scheduler` entry holds the user's values). `layout`: producer_layout() of the
+    picker's version as KServe resolves it (None: from the target alone)."""
     config = _at(target, CONFIG_PATH)
     inline = config.get("inline") if isinstance(config, Mapping) else None
     if not isinstance(inline, Mapping):
         return None
     own = _at(record, ("scheduler",)) or {}
-    layout = producer_layout(target)
-    if isinstance(layout, SchedulerProblem):
-        return layout
+    layout = producer_layout(target) if layout is None else layout
     return config_sync(inline, roles, own, "spec.router.scheduler.config.inline", layout)
 
 
@@ -202,13 +206,14 @@ def config_sync(
     roles: Sequence[RoleOffload],
     own: Mapping[str, Any],
     where: str,
-    producer: bool = False,
+    producer: bool | SchedulerProblem = False,
 ) -> SchedulerSync | SchedulerProblem | None:
     """The CPU scorer's capacity from the tier for one EndpointPickerConfig (inline or read
     from a ConfigMap), a problem, or None when it enables no CPU-tier prefix scorer. `own`
     is kvtier's record of the user's values; `where` names the config in messages.
     `producer`: the picker keeps the index in the approx-prefix-cache-producer the scorer
-    names (0.9.0 and later), whose parameters kvtier sets instead of the scorer's."""
+    names (0.9.0 and later), whose parameters kvtier sets instead of the scorer's; a problem
+    when the picker's version is unknown, reported only where a CPU scorer would be set."""
     plugins = config.get("plugins")
     if not isinstance(plugins, list):
         return None
@@ -222,6 +227,8 @@ def config_sync(
             f"{where}: {version[1]} {version[0]} is not a scheduler config kvtier knows "
             f"({CONFIG_API[1]} {CONFIG_API[0]}); kvtier leaves it alone",
         )
+    if isinstance(producer, SchedulerProblem):
+        return producer
     scorer = plugins[index]
     if scorer.get("type") != SCORER_TYPE:
         return SchedulerProblem(

@@ -81,10 +81,12 @@ def configmap_sync(
     configmap: Mapping[str, Any] | None,
     roles: Sequence[RoleOffload],
     tier_id: str,
+    layout: bool | SchedulerProblem | None = None,
 ) -> SchedulerSync | SchedulerProblem | None:
     """The CPU scorer in step with the tier for a config in a ConfigMap (`configmap`: the
     one config.ref names in the target's namespace, None when there is none), a problem, or
-    None when the target's config is not in a ConfigMap or enables no CPU-tier scorer."""
+    None when the target's config is not in a ConfigMap or enables no CPU-tier scorer.
+    `layout`: as for scheduler_sync."""
     ref = config_ref(target)
     if ref is None or ref_capacity(roles) is None:
         return None
@@ -117,9 +119,7 @@ def configmap_sync(
             "LLMInferenceService a scheduler ConfigMap of its own",
         )
     own = record if record.get("key") == key else {}
-    layout = producer_layout(target)
-    if isinstance(layout, SchedulerProblem):
-        return layout
+    layout = producer_layout(target) if layout is None else layout
     sync = config_sync(config, roles, own, f"ConfigMap {name} key {key}", layout)
     return replace(sync, configmap=ref) if isinstance(sync, SchedulerSync) else sync
 

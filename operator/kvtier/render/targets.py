@@ -924,13 +924,13 @@ def llmisvc_form(target: Mapping[str, Any], offload: Offload | None = None) -> t
 
 
 def llmisvc_scheduler(
-    target: Mapping[str, Any], offload: Offload
+    target: Mapping[str, Any], offload: Offload, layout: bool | SchedulerProblem | None = None
 ) -> SchedulerSync | SchedulerProblem | None:
-    """The scheduler's CPU-tier scorer for an LLMInferenceService target (render/scheduler.py);
-    None for other kinds or when no CPU-tier scorer is enabled."""
+    """The scheduler's CPU-tier scorer for an LLMInferenceService target (render/scheduler.py;
+    `layout` as there); None for other kinds or when no CPU-tier scorer is enabled."""
     if target_version(target) == ISVC_V1BETA1:
         return None
-    return scheduler_sync(target, offload.role_offloads(), _applied(target))
+    return scheduler_sync(target, offload.role_offloads(), _applied(target), layout)
 
 
 def target_patch(

@@ -33,7 +33,7 @@ from kvtier.render.nvme import (
 from kvtier.render.nvme_class import class_pool_note
 from kvtier.render.result import DesiredWrite, RenderError, RenderResult
 from kvtier.render.roles import RoleOffload
-from kvtier.render.scheduler import SchedulerSync
+from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
 from kvtier.render.scheduler_configmap import configmap_sync, configmap_writes
 from kvtier.render.targets import (
     SHM_FILES,
@@ -60,6 +60,7 @@ def render_writes(
     evictor_image: str | None = None,
     kv_cache_dtype_flag: str | None = None,
     scheduler_configmap: Mapping[str, Any] | None = None,
+    picker_layout: bool | SchedulerProblem | None = None,
 ) -> RenderResult:
     """The writes for the tier's chosen topology, or a conflict when the target already has
     an offload config kvtier did not write. RenderError when the inputs cannot work (no NVMe
@@ -70,7 +71,9 @@ def render_writes(
     `kv_cache_dtype_flag`: the --kv-cache-dtype the tier sized for, passed beside kvtier's
     --kv-transfer-config (the target passes none).
     `scheduler_configmap`: the ConfigMap the target's `spec.router.scheduler.config.ref` names,
-    as read in the target's namespace (None when there is none); its scorer is written last."""
+    as read in the target's namespace (None when there is none); its scorer is written last.
+    `picker_layout`: whether the endpoint picker keeps the index in the producer plugin, as
+    render/picker_version.py resolves its version (None: from the target alone)."""
     writes: list[DesiredWrite] = []
     notes: list[str] = []
     disk_spec = spec.disk
@@ -175,8 +178,8 @@ def render_writes(
         roles=tuple(roles),
         evictor=nvme_evictor,
     )
-    scheduler = llmisvc_scheduler(target, offload) or configmap_sync(
-        target, scheduler_configmap, offload.role_offloads(), tier.id
+    scheduler = llmisvc_scheduler(target, offload, picker_layout) or configmap_sync(
+        target, scheduler_configmap, offload.role_offloads(), tier.id, picker_layout
     )
     patch = target_patch(target, offload, scheduler)
     if isinstance(patch, Conflict):
