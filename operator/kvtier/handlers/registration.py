@@ -21,6 +21,7 @@ from kvtier.handlers.leader import LeaderElector
 from kvtier.handlers.watches import deliveries
 from kvtier.kube.informer import BACKOFFS, Informer
 from kvtier.kube.rest import Kube, load_client
+from kvtier.render.picker_version import KSERVE_NAMESPACE
 
 log = logging.getLogger("kvtier.registration")
 
@@ -28,6 +29,7 @@ ENV_KUBECONFIG = "KVTIER_KUBECONFIG"
 ENV_WORKERS = "KVTIER_WORKERS"
 ENV_NAMESPACE = "KVTIER_NAMESPACE"  # where the leader-election Lease lives
 ENV_LEADER_ELECT = "KVTIER_LEADER_ELECT"
+ENV_KSERVE_NAMESPACE = "KVTIER_KSERVE_NAMESPACE"  # KServe's own (its POD_NAMESPACE)
 # The operator's own image, which probe Jobs run: the image of the container named
 # `operator` in the operator's own pod (so an override of the container image alone, such as
 # kustomize `images:`, reaches probe Jobs), else RELATED_IMAGE_KVTIER_OPERATOR (OLM's
@@ -83,6 +85,12 @@ async def _discover(controller: Controller) -> None:
             await asyncio.sleep(delay)
 
 
+def kserve_namespace(env: Mapping[str, str]) -> str:
+    """KServe's own namespace, where it looks for LLMInferenceServiceConfigs after the
+    object's (the chart value operator.kserveNamespace; KServe's default otherwise)."""
+    return env.get(ENV_KSERVE_NAMESPACE) or KSERVE_NAMESPACE
+
+
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.posting.enabled = False  # Events come from decisions, not from log lines
@@ -94,6 +102,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         workers=int(os.environ.get(ENV_WORKERS, "4")),
         probe_image=probe_image(kube, os.environ),
     )
+    controller.cache.kserve_namespace = kserve_namespace(os.environ)
     memo["controller"] = controller
     await _discover(controller)
     version = controller.cache.preferred_version("LLMInferenceService")
