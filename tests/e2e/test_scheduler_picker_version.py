@@ -6,6 +6,7 @@ the version unknown (SchedulerVersionUnknown naming it)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, cast
 
 from kubernetes import client
@@ -14,12 +15,13 @@ from tests.e2e.kube_helpers import (
     apply_policy,
     condition,
     create_tier,
+    eventually,
     new_namespace,
     wait_condition,
 )
 from tests.e2e.operator_process import OperatorProcess
 from tests.e2e.test_operator_apply import POLICY
-from tests.e2e.test_real_contracts import argo_sync, live
+from tests.e2e.test_real_contracts import APPLIED, argo_sync, live
 from tests.e2e.test_scheduler_configmap import TIER, _server
 
 GROUP, VERSION, PLURAL = "serving.kserve.io", "v1alpha2", "llminferenceserviceconfigs"
@@ -102,6 +104,17 @@ def test_a_base_refd_configs_version_decides_and_its_change_re_reconciles(
     wait_condition(
         admin_api, ns, "qwen", "SchedulerSynced", "False", "SchedulerParametersDropped", 60
     )
+    # kvtier no longer keeps the scorer in step: the user's own values go back, and then
+    # kvtier's record of them.
+    back = eventually(
+        lambda: (
+            (t := live(admin_api, ns, user))
+            and "scheduler" not in json.loads(t["metadata"]["annotations"][APPLIED])
+            and t
+        ),
+        what="the user's scorer values back and kvtier's record of them gone",
+    )
+    assert _scorer(back) == {"autoTune": True, "lruCapacityPerServer": CAPACITY}
 
     configs.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, BASE)
     tier = wait_condition(

@@ -146,6 +146,62 @@ def test_the_patch_changes_only_the_cpu_scorers_two_parameters() -> None:
     assert again["scheduler"] == record["scheduler"]
 
 
+def _apply_as(obj: dict[str, Any], offload: Offload, scheduler: Any) -> dict[str, Any]:
+    """The target after the writes for a given scheduler outcome (the apply's record
+    replacing kvtier's old one, then the JSON patches)."""
+    writes = target_patch(obj, offload, scheduler)
+    assert isinstance(writes, list)
+    out = copy.deepcopy(obj)
+    for w in writes:
+        if w.action == "Patch":
+            out = jsonpatch.apply_patch(out, w.body["jsonPatch"])
+        else:
+            out["metadata"]["annotations"] = dict(w.body["metadata"]["annotations"])
+    return out
+
+
+@pytest.mark.parametrize(
+    "problem",
+    [
+        SchedulerProblem(DROPPED_REASON, "the picker moved to 0.9.0"),
+        None,  # the config enables no CPU scorer any more
+    ],
+)
+def test_a_sync_that_stops_gives_the_users_values_back_then_drops_the_record(
+    problem: SchedulerProblem | None,
+) -> None:
+    before = target()
+    synced = _apply(before, _offload(DECODE))
+    assert _cpu_plugin(synced)["parameters"]["lruCapacityPerServer"] == 25600
+    # kvtier no longer keeps the inline config in step: the user's values go back by a
+    # guarded patch, and the apply keeps the record until they are back.
+    writes = target_patch(synced, _offload(DECODE), problem)
+    assert isinstance(writes, list) and [w.action for w in writes] == ["Apply", "Patch"]
+    kept = json.loads(writes[0].body["metadata"]["annotations"][APPLIED_ANNOTATION])
+    assert kept["scheduler"]["lruCapacityPerServer"] == {"base": 41000, "applied": 25600}
+    back = _apply_as(synced, _offload(DECODE), problem)
+    assert back["spec"]["router"] == before["spec"]["router"]
+    # Once they are back: the record goes, and nothing more is written to the plugins.
+    writes = target_patch(back, _offload(DECODE), problem)
+    assert isinstance(writes, list) and [w.action for w in writes] == ["Apply"]
+    final = json.loads(writes[0].body["metadata"]["annotations"][APPLIED_ANNOTATION])
+    assert "scheduler" not in final
+    settled = _apply_as(back, _offload(DECODE), problem)
+    assert target_patch(settled, _offload(DECODE), problem) == writes
+
+
+def test_a_user_edit_after_kvtiers_write_is_not_given_back_over() -> None:
+    synced = _apply(target(), _offload(DECODE))
+    _cpu_plugin(synced)["parameters"]["lruCapacityPerServer"] = 777  # the user's own now
+    problem = SchedulerProblem(DROPPED_REASON, "the picker moved to 0.9.0")
+    writes = target_patch(synced, _offload(DECODE), problem)
+    assert isinstance(writes, list)
+    back = _apply_as(synced, _offload(DECODE), problem)
+    assert _cpu_plugin(back)["parameters"]["lruCapacityPerServer"] == 777
+    # autoTune still held kvtier's false, whose user value was false too: nothing to give.
+    assert _cpu_plugin(back)["parameters"]["autoTune"] is False
+
+
 def test_the_patch_is_guarded_by_the_list_read() -> None:
     obj = target()
     writes = target_patch(obj, _offload(DECODE), llmisvc_scheduler(obj, _offload(DECODE)))

@@ -368,7 +368,8 @@ def restore_plugins(plugins: Sequence[Any], saved: Mapping[str, Any]) -> list[An
                 params[key] = entry["base"]
         if not params and not saved.get("parameters", True):
             del plugin["parameters"]
-    return out if changed else None
+    # Values kvtier set to what the user had already are no change to give back.
+    return out if changed and out != list(plugins) else None
 
 
 def blocks(cpu_bytes: int, bytes_per_token: int, block_tokens: int) -> int:

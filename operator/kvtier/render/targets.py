@@ -951,12 +951,27 @@ def target_patch(
     # A config in a ConfigMap is written there (render/scheduler_configmap.py), not here.
     inline = isinstance(scheduler, SchedulerSync) and scheduler.configmap is None
     sync = scheduler if isinstance(scheduler, SchedulerSync) and inline else None
-    record = sync.record if sync else None
+    record: Mapping[str, Any] | None = sync.record if sync else None
+    give_back = None
+    saved = _applied(target).get("scheduler")
+    if sync is None and isinstance(saved, Mapping):
+        # kvtier no longer keeps the inline config in step (the picker's version moved, the
+        # scorer went, the config moved to a ConfigMap): the user's values go back, and the
+        # record stays until they are, so a patch that fails loses nothing.
+        give_back = restored_plugins(target, saved)
+        record = saved if give_back is not None else None
     if llmisvc_form(target, offload) == LLMISVC_V1ALPHA1:
         writes = llmisvc_v1alpha1_patch(target, offload, record)
     else:
         writes = llmisvc_v1alpha2_patch(target, offload, record)
-    if isinstance(writes, Conflict) or sync is None:
+    if isinstance(writes, Conflict):
+        return writes
+    if give_back is not None:
+        plugin = saved.get("plugin") if isinstance(saved, Mapping) else None
+        ops = list_ops(target, PLUGINS_PATH, give_back)
+        summary = f"scheduler plugin {plugin}: the user's values back (no longer kept in step)"
+        return [*writes, *_json_patch(target, ops, summary)]
+    if sync is None:
         return writes
     ops = list_ops(target, PLUGINS_PATH, sync.plugins)
     summary = (
