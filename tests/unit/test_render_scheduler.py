@@ -100,9 +100,10 @@ def _cpu_plugin(obj: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
-def _apply(obj: dict[str, Any], offload: Offload) -> dict[str, Any]:
-    """The target after kvtier's writes: the record of the apply, then the JSON patch."""
-    writes = target_patch(obj, offload, llmisvc_scheduler(obj, offload))
+def _apply_as(obj: dict[str, Any], offload: Offload, scheduler: Any) -> dict[str, Any]:
+    """The target after the writes for a given scheduler outcome: the apply's record (its
+    annotation replacing kvtier's old one), then the JSON patches."""
+    writes = target_patch(obj, offload, scheduler)
     assert isinstance(writes, list)
     out = copy.deepcopy(obj)
     for w in writes:
@@ -112,6 +113,11 @@ def _apply(obj: dict[str, Any], offload: Offload) -> dict[str, Any]:
             annotations = w.body["metadata"]["annotations"]
             out["metadata"].setdefault("annotations", {}).update(annotations)
     return out
+
+
+def _apply(obj: dict[str, Any], offload: Offload) -> dict[str, Any]:
+    """The target after kvtier's writes: the record of the apply, then the JSON patch."""
+    return _apply_as(obj, offload, llmisvc_scheduler(obj, offload))
 
 
 def test_capacity_is_the_tiers_blocks_in_the_scorers_unit() -> None:
@@ -144,20 +150,6 @@ def test_the_patch_changes_only_the_cpu_scorers_two_parameters() -> None:
     assert isinstance(writes, list) and [w.action for w in writes] == ["Apply"]
     again = json.loads(writes[0].body["metadata"]["annotations"][APPLIED_ANNOTATION])
     assert again["scheduler"] == record["scheduler"]
-
-
-def _apply_as(obj: dict[str, Any], offload: Offload, scheduler: Any) -> dict[str, Any]:
-    """The target after the writes for a given scheduler outcome (the apply's record
-    replacing kvtier's old one, then the JSON patches)."""
-    writes = target_patch(obj, offload, scheduler)
-    assert isinstance(writes, list)
-    out = copy.deepcopy(obj)
-    for w in writes:
-        if w.action == "Patch":
-            out = jsonpatch.apply_patch(out, w.body["jsonPatch"])
-        else:
-            out["metadata"]["annotations"] = dict(w.body["metadata"]["annotations"])
-    return out
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvtier.render.scheduler import VERSION_ANNOTATION, SchedulerProblem
+from kvtier.render.scheduler import VERSION_ANNOTATION, SchedulerProblem, at_path
 
 SCHEDULER_PATH = ("spec", "router", "scheduler")
 CONFIG_KIND = "LLMInferenceServiceConfig"
@@ -39,14 +39,6 @@ class PickerVersion:
     source: str
 
 
-def _at(obj: Any, path: Sequence[str]) -> Any:
-    for key in path:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
@@ -55,7 +47,7 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 def _annotation(spec_holder: Any) -> str | None:
     """The version annotation a spec sets; "" when set empty (KServe reads that as absent,
     but it still hides what earlier specs set)."""
-    annotations = _at(spec_holder, (*SCHEDULER_PATH, "annotations"))
+    annotations = at_path(spec_holder, (*SCHEDULER_PATH, "annotations"))
     if not isinstance(annotations, Mapping) or VERSION_ANNOTATION not in annotations:
         return None
     value = annotations[VERSION_ANNOTATION]
@@ -63,7 +55,7 @@ def _annotation(spec_holder: Any) -> str | None:
 
 
 def base_ref_names(target: Mapping[str, Any]) -> list[str]:
-    refs = _at(target, ("spec", "baseRefs"))
+    refs = at_path(target, ("spec", "baseRefs"))
     if not isinstance(refs, list):
         return []
     return [str(r["name"]) for r in refs if isinstance(r, Mapping) and r.get("name")]
@@ -72,7 +64,7 @@ def base_ref_names(target: Mapping[str, Any]) -> list[str]:
 def preset_name(target: Mapping[str, Any]) -> str:
     """The scheduler preset's name: the one KServe pinned in the object's status, else its
     default."""
-    pinned = _at(target, ("status", "annotations", PINNED_PRESET))
+    pinned = at_path(target, ("status", "annotations", PINNED_PRESET))
     return str(pinned) if pinned else PRESET
 
 
@@ -98,11 +90,11 @@ def _preset_applies(target: Mapping[str, Any], bases: Sequence[Mapping[str, Any]
     """KServe adds the scheduler preset when the object merged with its baseRefs (each over
     the object, in this first pass) has a scheduler whose pool names no existing pool."""
     layers = [target, *(b for b in bases if b is not None)]
-    if not any(isinstance(_at(layer, SCHEDULER_PATH), Mapping) for layer in layers):
+    if not any(isinstance(at_path(layer, SCHEDULER_PATH), Mapping) for layer in layers):
         return False
     pool_ref = None
     for layer in layers:
-        name = _at(layer, (*SCHEDULER_PATH, "pool", "ref", "name"))
+        name = at_path(layer, (*SCHEDULER_PATH, "pool", "ref", "name"))
         if name:
             pool_ref = name
     return not pool_ref

@@ -107,7 +107,8 @@ class SchedulerProblem:
     message: str
 
 
-def _at(obj: Any, path: Sequence[str]) -> Any:
+def at_path(obj: Any, path: Sequence[str]) -> Any:
+    """The value at `path` in nested maps, else None."""
     for key in path:
         if not isinstance(obj, Mapping):
             return None
@@ -141,7 +142,7 @@ def _served_roles(config: Mapping[str, Any], name: str, roles: Sequence[str]) ->
 def config_ref(target: Mapping[str, Any]) -> tuple[str, str] | None:
     """(ConfigMap name, data key) of `spec.router.scheduler.config.ref` (KServe's key
     defaults to `epp`), or None when the config is inline or absent."""
-    config = _at(target, CONFIG_PATH)
+    config = at_path(target, CONFIG_PATH)
     if not isinstance(config, Mapping) or isinstance(config.get("inline"), Mapping):
         return None
     ref = config.get("ref")
@@ -154,7 +155,7 @@ def picker_version(target: Mapping[str, Any]) -> str:
     """The endpoint picker's version from the target alone: its own annotation, else KServe's
     shipped preset. The operator resolves it from the LLMInferenceServiceConfigs it reads
     (render/picker_version.py) and passes the layout in; this is for callers that read none."""
-    annotations = _at(target, ("spec", "router", "scheduler", "annotations"))
+    annotations = at_path(target, ("spec", "router", "scheduler", "annotations"))
     value = annotations.get(VERSION_ANNOTATION) if isinstance(annotations, Mapping) else None
     return str(value) if value else KSERVE_PICKER_VERSION
 
@@ -192,11 +193,11 @@ def scheduler_sync(
     a ConfigMap: render/scheduler_configmap.py). `record` is kvtier's record on the target
     (its `scheduler` entry holds the user's values). `layout`: producer_layout() of the
     picker's version as KServe resolves it (None: from the target alone)."""
-    config = _at(target, CONFIG_PATH)
+    config = at_path(target, CONFIG_PATH)
     inline = config.get("inline") if isinstance(config, Mapping) else None
     if not isinstance(inline, Mapping):
         return None
-    own = _at(record, ("scheduler",)) or {}
+    own = at_path(record, ("scheduler",)) or {}
     layout = producer_layout(target) if layout is None else layout
     return config_sync(inline, roles, own, "spec.router.scheduler.config.inline", layout)
 
@@ -339,7 +340,7 @@ def _no_producer(where: str, capacity: int) -> SchedulerProblem:
 def restored_plugins(target: Mapping[str, Any], saved: Mapping[str, Any]) -> list[Any] | None:
     """The target's inline plugins list with the user's values back where it still holds
     kvtier's; None when there is nothing to give back."""
-    plugins = _at(target, PLUGINS_PATH)
+    plugins = at_path(target, PLUGINS_PATH)
     return restore_plugins(plugins, saved) if isinstance(plugins, list) else None
 
 
