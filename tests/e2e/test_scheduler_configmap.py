@@ -23,6 +23,7 @@ from kubernetes import client
 
 from kvtier.kube.rest import Kube
 from kvtier.render.naming import tier_id
+from kvtier.render.picker_version import picker_layout
 from kvtier.render.roles import RoleOffload
 from kvtier.render.scheduler import SchedulerSync
 from kvtier.render.scheduler_configmap import (
@@ -267,7 +268,9 @@ def test_a_concurrent_edit_is_not_clobbered(
     per_token = tier["status"]["sizing"]["bytesPerToken"]
     cpu = plan["cpuBytesToUse"]
     decode = RoleOffload("decode", ("template",), {}, cpu, 0, None, per_token, cpu)
-    sync = configmap_sync(live(admin_api, ns, _server()), read, [decode], tier_id(ns, "qwen"))
+    server = live(admin_api, ns, _server())
+    layout = picker_layout(server, {})  # its own annotation
+    sync = configmap_sync(server, read, [decode], tier_id(ns, "qwen"), layout)
     assert isinstance(sync, SchedulerSync) and sync.capacity == blocks
     (write,) = configmap_writes(read, sync, tier_id(ns, "qwen"))
     edited = EPP.replace("weight: 2", "weight: 3")

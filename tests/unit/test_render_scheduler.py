@@ -11,6 +11,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
+from kvtier.render.picker_version import VERSION_UNKNOWN_REASON, picker_layout
 from kvtier.render.roles import RoleOffload
 from kvtier.render.scheduler import (
     CPU_SCORER,
@@ -32,6 +33,19 @@ from kvtier.render.targets import (
 GiB = 1 << 30
 PER_TOKEN = 262_144  # Qwen3-32B, 16-bit KV, whole server
 CONFIG = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both"}
+
+
+def sync_of(
+    obj: dict[str, Any], roles: list[RoleOffload]
+) -> SchedulerSync | SchedulerProblem | None:
+    """scheduler_sync with no record yet, for the picker version KServe merges from the
+    target alone (no LLMInferenceServiceConfigs: its own annotation decides)."""
+    return scheduler_sync(obj, roles, {}, picker_layout(obj, {}))
+
+
+def scheduler_of(obj: dict[str, Any], offload: Offload) -> SchedulerSync | SchedulerProblem | None:
+    """llmisvc_scheduler, the picker's version resolved as in sync_of."""
+    return llmisvc_scheduler(obj, offload, picker_layout(obj, {}))
 
 
 def _role(role: str, cpu: int, templates: tuple[str, ...] = ("template",)) -> RoleOffload:
@@ -117,11 +131,11 @@ def _apply_as(obj: dict[str, Any], offload: Offload, scheduler: Any) -> dict[str
 
 def _apply(obj: dict[str, Any], offload: Offload) -> dict[str, Any]:
     """The target after kvtier's writes: the record of the apply, then the JSON patch."""
-    return _apply_as(obj, offload, llmisvc_scheduler(obj, offload))
+    return _apply_as(obj, offload, scheduler_of(obj, offload))
 
 
 def test_capacity_is_the_tiers_blocks_in_the_scorers_unit() -> None:
-    sync = scheduler_sync(target(), [DECODE], {})
+    sync = sync_of(target(), [DECODE])
     assert isinstance(sync, SchedulerSync)
     assert sync.capacity == 100 * GiB // (16 * PER_TOKEN) == 25600
     assert sync.status() == {
@@ -132,7 +146,7 @@ def test_capacity_is_the_tiers_blocks_in_the_scorers_unit() -> None:
     }  # no configMap: the config is inline
     # A scorer that hashes 64-token blocks indexes a quarter as many.
     coarse = target(epp_config({"blockSizeTokens": 64, "lruCapacityPerServer": 1}))
-    sync = scheduler_sync(coarse, [DECODE], {})
+    sync = sync_of(coarse, [DECODE])
     assert isinstance(sync, SchedulerSync) and sync.capacity == 6400
 
 
@@ -146,7 +160,7 @@ def test_the_patch_changes_only_the_cpu_scorers_two_parameters() -> None:
     record = json.loads(after["metadata"]["annotations"][APPLIED_ANNOTATION])
     assert record["scheduler"]["lruCapacityPerServer"] == {"base": 41000, "applied": 25600}
     # In step: a re-render writes no patch, and keeps the user's recorded value.
-    writes = target_patch(after, _offload(DECODE), llmisvc_scheduler(after, _offload(DECODE)))
+    writes = target_patch(after, _offload(DECODE), scheduler_of(after, _offload(DECODE)))
     assert isinstance(writes, list) and [w.action for w in writes] == ["Apply"]
     again = json.loads(writes[0].body["metadata"]["annotations"][APPLIED_ANNOTATION])
     assert again["scheduler"] == record["scheduler"]
@@ -196,7 +210,7 @@ def test_a_user_edit_after_kvtiers_write_is_not_given_back_over() -> None:
 
 def test_the_patch_is_guarded_by_the_list_read() -> None:
     obj = target()
-    writes = target_patch(obj, _offload(DECODE), llmisvc_scheduler(obj, _offload(DECODE)))
+    writes = target_patch(obj, _offload(DECODE), scheduler_of(obj, _offload(DECODE)))
     assert isinstance(writes, list)
     ops = writes[-1].body["jsonPatch"]
     assert ops[0]["op"] == "test" and ops[0]["path"].endswith("/inline/plugins")
@@ -221,13 +235,13 @@ def test_unapply_gives_the_users_parameters_back(parameters: dict[str, Any] | No
 
 
 def test_prefill_and_decode_share_one_index_the_smaller_tier_sizes_it() -> None:
-    sync = scheduler_sync(target(pd=True), [DECODE, PREFILL], {})
+    sync = sync_of(target(pd=True), [DECODE, PREFILL])
     assert isinstance(sync, SchedulerSync)
     assert sync.roles == ("prefill", "decode")
     assert sync.capacity == 40 * GiB // (16 * PER_TOKEN)
     only_decode = epp_config(pd=True)
     only_decode["schedulingProfiles"][0]["plugins"] = [{"pluginRef": "queue-scorer"}]
-    sync = scheduler_sync(target(only_decode, pd=True), [DECODE, PREFILL], {})
+    sync = sync_of(target(only_decode, pd=True), [DECODE, PREFILL])
     assert isinstance(sync, SchedulerSync)
     assert (sync.roles, sync.capacity) == (("decode",), 25600)
 
@@ -235,13 +249,13 @@ def test_prefill_and_decode_share_one_index_the_smaller_tier_sizes_it() -> None:
 def test_nothing_to_sync_without_an_enabled_cpu_scorer() -> None:
     no_cpu = epp_config()
     no_cpu["plugins"] = no_cpu["plugins"][:2]
-    assert scheduler_sync(target(no_cpu), [DECODE], {}) is None
+    assert sync_of(target(no_cpu), [DECODE]) is None
     unused = epp_config()
     unused["schedulingProfiles"][0]["plugins"] = unused["schedulingProfiles"][0]["plugins"][:2]
-    assert scheduler_sync(target(unused), [DECODE], {}) is None
+    assert sync_of(target(unused), [DECODE]) is None
     bare = target()
     del bare["spec"]["router"]
-    assert scheduler_sync(bare, [DECODE], {}) is None
+    assert sync_of(bare, [DECODE]) is None
 
 
 @pytest.mark.parametrize(
@@ -261,7 +275,7 @@ def test_an_unknown_format_is_reported_and_left_alone(change: dict[str, Any], wo
     else:
         config["plugins"][2].update(change)
     obj = target(config)
-    result = scheduler_sync(obj, [DECODE], {})
+    result = sync_of(obj, [DECODE])
     assert isinstance(result, SchedulerProblem) and result.reason == UNKNOWN_CONFIG_REASON
     assert words in result.message
     writes = target_patch(obj, _offload(DECODE), result)
@@ -273,7 +287,7 @@ def test_a_config_in_a_configmap_is_not_the_inline_paths() -> None:
     """render/scheduler_configmap.py writes it (tests/unit/test_scheduler_configmap.py)."""
     obj = target()
     obj["spec"]["router"]["scheduler"]["config"] = {"ref": {"name": "epp", "key": "cfg"}}
-    assert scheduler_sync(obj, [DECODE], {}) is None
+    assert sync_of(obj, [DECODE]) is None
     assert config_ref(obj) == ("epp", "cfg")
     del obj["spec"]["router"]["scheduler"]["config"]["ref"]["key"]
     assert config_ref(obj) == ("epp", "epp")  # KServe v0.20's default key
@@ -281,22 +295,23 @@ def test_a_config_in_a_configmap_is_not_the_inline_paths() -> None:
 
 def test_inference_service_has_no_scheduler() -> None:
     isvc = {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService", "spec": {}}
-    assert llmisvc_scheduler(isvc, _offload(DECODE)) is None
+    assert scheduler_of(isvc, _offload(DECODE)) is None
 
 
 def test_no_capacity_is_written_without_the_roles_bytes_per_token() -> None:
     bare = Offload(CONFIG, DECODE.cpu_bytes, 2 * DECODE.cpu_bytes, DECODE.cpu_bytes)
-    assert llmisvc_scheduler(target(), bare) is None
+    assert scheduler_of(target(), bare) is None
 
 
 @pytest.mark.parametrize(
     ("annotations", "reason"),
     [
-        (None, DROPPED_REASON),  # KServe v0.20's preset: picker 0.9.0
+        # No annotation and no scheduler preset read: KServe would stop (ConfigNotFound).
+        (None, VERSION_UNKNOWN_REASON),
         ({"app.kubernetes.io/version": "0.9.0"}, DROPPED_REASON),
-        ({"app.kubernetes.io/version": "v0.10.2"}, DROPPED_REASON),
-        ({"app.kubernetes.io/version": "latest"}, UNKNOWN_CONFIG_REASON),
-        ({"app.kubernetes.io/version": "v0.8.1"}, None),
+        ({"app.kubernetes.io/version": "0.10.2"}, DROPPED_REASON),
+        ({"app.kubernetes.io/version": "latest"}, VERSION_UNKNOWN_REASON),
+        ({"app.kubernetes.io/version": "0.8.1"}, None),
     ],
 )
 def test_a_picker_whose_scorer_takes_no_capacity_gets_a_condition_not_a_write(
@@ -308,7 +323,7 @@ def test_a_picker_whose_scorer_takes_no_capacity_gets_a_condition_not_a_write(
         del scheduler["annotations"]
     else:
         scheduler["annotations"] = annotations
-    result = scheduler_sync(obj, [DECODE], {})
+    result = sync_of(obj, [DECODE])
     if reason is None:
         assert isinstance(result, SchedulerSync)
         return
@@ -348,7 +363,7 @@ def producer_config(producer: dict[str, Any] | None = None) -> dict[str, Any]:
 
 def _at_09(config: dict[str, Any]) -> dict[str, Any]:
     obj = target(config)
-    del obj["spec"]["router"]["scheduler"]["annotations"]  # KServe's preset: picker 0.9.0
+    obj["spec"]["router"]["scheduler"]["annotations"] = {"app.kubernetes.io/version": "0.9.0"}
     return obj
 
 
@@ -364,7 +379,7 @@ def test_a_09_picker_gets_the_capacity_in_the_producer_its_cpu_scorer_names(
     producer: dict[str, Any] | None, capacity: int
 ) -> None:
     before = _at_09(producer_config(producer))
-    sync = scheduler_sync(before, [DECODE], {})
+    sync = sync_of(before, [DECODE])
     assert isinstance(sync, SchedulerSync)
     # The producer indexes blocks of at least 64 tokens, whatever blockSizeTokens says.
     assert (sync.plugin, sync.capacity) == ("cpuPrefixProducer", capacity)
@@ -386,6 +401,6 @@ def test_a_09_picker_gets_the_capacity_in_the_producer_its_cpu_scorer_names(
 def test_a_09_scorer_naming_no_producer_of_the_config_is_left_alone() -> None:
     config = producer_config()
     config["plugins"][4]["parameters"]["prefixMatchInfoProducerName"] = "queue-scorer"
-    result = scheduler_sync(_at_09(config), [DECODE], {})
+    result = sync_of(_at_09(config), [DECODE])
     assert isinstance(result, SchedulerProblem) and result.reason == UNKNOWN_CONFIG_REASON
     assert "not an approx-prefix-cache-producer" in result.message

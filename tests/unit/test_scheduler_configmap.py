@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import jsonpatch
@@ -17,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvtier.policy.scheduler import configmap_step, referenced_configmap, scheduler_verdict
+from kvtier.render.picker_version import picker_layout
 from kvtier.render.roles import RoleOffload
 from kvtier.render.scheduler import (
     CONFIG_REF_REASON,
@@ -25,7 +27,6 @@ from kvtier.render.scheduler import (
     UNKNOWN_CONFIG_REASON,
     SchedulerProblem,
     SchedulerSync,
-    scheduler_sync,
 )
 from kvtier.render.scheduler_configmap import (
     GRANT_VALUE,
@@ -40,7 +41,7 @@ from kvtier.render.scheduler_configmap import (
 from kvtier.render.scheduler_text import edit_parameters
 from tests.scheduler_fixtures import CPU_PARAMETERS, plugin_parameters
 from tests.scheduler_fixtures import EPP as GUIDE
-from tests.unit.test_render_scheduler import CONFIG, PER_TOKEN, GiB
+from tests.unit.test_render_scheduler import CONFIG, PER_TOKEN, GiB, sync_of
 
 DECODE = RoleOffload("decode", ("template",), CONFIG, 100 * GiB, 0, 0, PER_TOKEN, 100 * GiB)
 BLOCKS = 100 * GiB // (16 * PER_TOKEN)  # 25600
@@ -72,8 +73,20 @@ def _configmap(text: str = GUIDE, name: str = "epp-config", key: str = "epp") ->
     }
 
 
+def cm_sync(
+    target: dict[str, Any],
+    configmap: Mapping[str, Any] | None,
+    roles: list[RoleOffload],
+    tier: str,
+    layout: bool | SchedulerProblem | None = None,
+) -> SchedulerSync | SchedulerProblem | None:
+    """configmap_sync, the picker's version from the target alone unless `layout` says."""
+    found = picker_layout(target, {}) if layout is None else layout
+    return configmap_sync(target, configmap, roles, tier, found)
+
+
 def _sync(configmap: dict[str, Any], target: dict[str, Any] | None = None) -> SchedulerSync:
-    sync = configmap_sync(target or _target(), configmap, [DECODE], TIER)
+    sync = cm_sync(target or _target(), configmap, [DECODE], TIER)
     assert isinstance(sync, SchedulerSync), sync
     return sync
 
@@ -93,7 +106,7 @@ def test_the_capacity_is_the_one_an_inline_config_gets() -> None:
     sync = _sync(_configmap())
     inline = copy.deepcopy(_target())
     inline["spec"]["router"]["scheduler"]["config"] = {"inline": yaml.safe_load(GUIDE)}
-    same = scheduler_sync(inline, [DECODE], {})
+    same = sync_of(inline, [DECODE])
     assert isinstance(same, SchedulerSync)
     assert (sync.capacity, sync.plugins) == (same.capacity, same.plugins) == (BLOCKS, same.plugins)
     assert sync.configmap == ("epp-config", "epp")
@@ -230,14 +243,14 @@ def test_taking_the_tier_back_restores_the_user_text_exactly() -> None:
 def test_what_kvtier_does_not_write_is_reported(
     configmap: dict[str, Any] | None, reason: str, words: str
 ) -> None:
-    problem = configmap_sync(_target(), configmap, [DECODE], TIER)
+    problem = cm_sync(_target(), configmap, [DECODE], TIER)
     assert isinstance(problem, SchedulerProblem) and problem.reason == reason
     assert words in problem.message
 
 
 def test_one_configmap_cannot_follow_two_tiers() -> None:
     theirs = _written(_configmap())
-    problem = configmap_sync(_target(), theirs, [DECODE], "another-tier-id0")
+    problem = cm_sync(_target(), theirs, [DECODE], "another-tier-id0")
     assert isinstance(problem, SchedulerProblem) and problem.reason == SHARED_REASON
 
 
@@ -246,7 +259,7 @@ def _step(
 ) -> tuple[Any, list[Any]]:
     current = referenced_configmap(target, configmaps)
     assert current is not None
-    sync = configmap_sync(target, current, [DECODE], TIER)
+    sync = cm_sync(target, current, [DECODE], TIER)
     assert isinstance(sync, SchedulerSync)
     writes = configmap_writes(current, sync, TIER)
     return configmap_step(sync, writes, configmaps, TIER, "llm", forbidden, [DECODE])
@@ -331,8 +344,8 @@ def test_any_layout_gets_kvtiers_values_and_back_byte_for_byte(
 
 def test_a_09_picker_gets_the_capacity_in_its_producer() -> None:
     target = _target()
-    del target["spec"]["router"]["scheduler"]["annotations"]  # KServe's preset: 0.9.0
-    problem = configmap_sync(target, _configmap(), [DECODE], TIER)
+    target["spec"]["router"]["scheduler"]["annotations"] = {"app.kubernetes.io/version": "0.9.0"}
+    problem = cm_sync(target, _configmap(), [DECODE], TIER)
     assert isinstance(problem, SchedulerProblem) and problem.reason == DROPPED_REASON
     assert f"lruCapacityPerServer: {BLOCKS // 4} (blocks of 64 tokens" in problem.message
     # llm-d router v0.9.0's layout: the producer the CPU scorer names takes the capacity,
@@ -347,7 +360,7 @@ def test_a_09_picker_gets_the_capacity_in_its_producer() -> None:
         "  name: cpuPrefixProducer\n  parameters:\n    blockSizeTokens: 64\n",
     )
     before = _configmap(text)
-    sync = configmap_sync(target, before, [DECODE], TIER)
+    sync = cm_sync(target, before, [DECODE], TIER)
     assert isinstance(sync, SchedulerSync) and (sync.plugin, sync.capacity) == (
         "cpuPrefixProducer",
         BLOCKS // 4,

@@ -39,7 +39,6 @@ from kvtier.policy.provisioning import (
 from kvtier.policy.roles import RolePlan, role_input, role_plans
 from kvtier.policy.scheduler import (
     configmap_step,
-    picker_layout,
     referenced_configmap,
     scheduler_verdict,
 )
@@ -60,7 +59,7 @@ from kvtier.render.nvme import (
     recycle_released_volumes,
 )
 from kvtier.render.nvme_class import binding_warning
-from kvtier.render.picker_version import KSERVE_NAMESPACE
+from kvtier.render.picker_version import KSERVE_NAMESPACE, picker_layout
 from kvtier.render.probe_job import CephFSProbeVolume, NVMeProbeVolume
 from kvtier.render.quantities import to_quantity
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
@@ -798,8 +797,10 @@ def _render(
             evictor_image=facts.probe_image,
             kv_cache_dtype_flag=kv_cache_dtype_flag(eff, target.server),
             scheduler_configmap=scheduler_configmap,
-            picker_layout=picker_layout(
-                facts.target, facts.llmisvc_configs, facts.kserve_namespace
+            picker_layout=(
+                None
+                if facts.llmisvc_configs is None
+                else picker_layout(facts.target, facts.llmisvc_configs, facts.kserve_namespace)
             ),
         )
     except RenderError as exc:

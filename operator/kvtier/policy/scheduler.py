@@ -13,7 +13,6 @@ from typing import Any
 from kvtier.api.tier import ConditionType
 from kvtier.policy.conditions import FALSE, TRUE, Verdict
 from kvtier.render import DesiredWrite
-from kvtier.render.picker_version import ConfigKey, picker_version, producer_layout
 from kvtier.render.roles import RoleOffload
 from kvtier.render.scheduler import (
     CONFIG_REF_REASON,
@@ -45,20 +44,6 @@ def referenced_configmap(
     if ref is None:
         return None
     return next((c for c in configmaps if _name(c) == ref[0]), None)
-
-
-def picker_layout(
-    target: Mapping[str, Any] | None,
-    configs: Mapping[ConfigKey, Mapping[str, Any]] | None,
-    kserve_namespace: str,
-) -> bool | SchedulerProblem | None:
-    """Whether the target's endpoint picker keeps the index in the producer plugin, by its
-    version as KServe merges it from the LLMInferenceServiceConfigs read, or why that is
-    unknown; None when the caller read no configs (the target alone decides)."""
-    if target is None or configs is None:
-        return None
-    version = picker_version(target, configs, kserve_namespace)
-    return version if isinstance(version, SchedulerProblem) else producer_layout(version)
 
 
 def forbidden_problem(

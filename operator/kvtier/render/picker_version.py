@@ -137,6 +137,17 @@ def picker_version(
     return PickerVersion(ABSENT_VERSION, f"no {VERSION_ANNOTATION} in the merged spec")
 
 
+def picker_layout(
+    target: Mapping[str, Any],
+    configs: Mapping[ConfigKey, Mapping[str, Any]],
+    kserve_namespace: str = KSERVE_NAMESPACE,
+) -> bool | SchedulerProblem:
+    """Whether the target's endpoint picker keeps the index in the producer plugin, by its
+    version as KServe merges it from the configs read, or why that is unknown."""
+    version = picker_version(target, configs, kserve_namespace)
+    return version if isinstance(version, SchedulerProblem) else producer_layout(version)
+
+
 def producer_layout(version: PickerVersion) -> bool | SchedulerProblem:
     """Whether KServe strips the scorer's parameters for this picker (0.9.0 and later, where
     the index lives in the producer plugin), by KServe's semantic-version rules: X.Y.Z with

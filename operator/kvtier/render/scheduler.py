@@ -63,7 +63,6 @@ DROPPED_REASON = "SchedulerParametersDropped"
 # from the config text (the index moved to the approx-prefix-cache-producer plugin).
 VERSION_ANNOTATION = "app.kubernetes.io/version"
 KSERVE_PICKER_VERSION = "0.9.0"
-PRODUCER_FROM = (0, 9)
 # llm-d router v0.9.0: the scorer reads the match data of the producer it names; the
 # producer indexes blocks of at least 64 tokens whatever its blockSizeTokens says.
 PRODUCER_TYPE = "approx-prefix-cache-producer"
@@ -151,29 +150,6 @@ def config_ref(target: Mapping[str, Any]) -> tuple[str, str] | None:
     return str(ref["name"]), str(ref.get("key") or DEFAULT_REF_KEY)
 
 
-def picker_version(target: Mapping[str, Any]) -> str:
-    """The endpoint picker's version from the target alone: its own annotation, else KServe's
-    shipped preset. The operator resolves it from the LLMInferenceServiceConfigs it reads
-    (render/picker_version.py) and passes the layout in; this is for callers that read none."""
-    annotations = at_path(target, ("spec", "router", "scheduler", "annotations"))
-    value = annotations.get(VERSION_ANNOTATION) if isinstance(annotations, Mapping) else None
-    return str(value) if value else KSERVE_PICKER_VERSION
-
-
-def producer_layout(target: Mapping[str, Any]) -> bool | SchedulerProblem:
-    """Whether the target's picker keeps the index in a producer plugin (0.9.0 and later,
-    where KServe strips the scorer's parameters), or why its version cannot tell."""
-    version = picker_version(target)
-    parts = version.removeprefix("v").split("-")[0].split(".")
-    if not all(p.isdigit() for p in parts):
-        return SchedulerProblem(
-            UNKNOWN_CONFIG_REASON,
-            f"spec.router.scheduler.annotations {VERSION_ANNOTATION}: {version!r} is not a "
-            "version kvtier can compare",
-        )
-    return tuple(int(p) for p in parts)[:2] >= PRODUCER_FROM
-
-
 def ref_capacity(roles: Sequence[RoleOffload]) -> int | None:
     """The capacity to set by hand in a referenced config: the decode tier behind one
     endpoint in 16-token blocks; None without the roles' bytes per token."""
@@ -186,19 +162,18 @@ def scheduler_sync(
     target: Mapping[str, Any],
     roles: Sequence[RoleOffload],
     record: Mapping[str, Any],
-    layout: bool | SchedulerProblem | None = None,
+    layout: bool | SchedulerProblem,
 ) -> SchedulerSync | SchedulerProblem | None:
     """The CPU scorer's capacity from the tier for the target's inline config, a problem,
     or None when the target's scheduler config enables no CPU-tier prefix scorer (or is in
     a ConfigMap: render/scheduler_configmap.py). `record` is kvtier's record on the target
-    (its `scheduler` entry holds the user's values). `layout`: producer_layout() of the
-    picker's version as KServe resolves it (None: from the target alone)."""
+    (its `scheduler` entry holds the user's values). `layout`: picker_layout() of the
+    picker's version as KServe merges it (render/picker_version.py)."""
     config = at_path(target, CONFIG_PATH)
     inline = config.get("inline") if isinstance(config, Mapping) else None
     if not isinstance(inline, Mapping):
         return None
     own = at_path(record, ("scheduler",)) or {}
-    layout = producer_layout(target) if layout is None else layout
     return config_sync(inline, roles, own, "spec.router.scheduler.config.inline", layout)
 
 

@@ -36,7 +36,6 @@ from kvtier.render.scheduler import (
     SchedulerSync,
     config_ref,
     config_sync,
-    producer_layout,
     ref_capacity,
     restore_plugins,
 )
@@ -81,7 +80,7 @@ def configmap_sync(
     configmap: Mapping[str, Any] | None,
     roles: Sequence[RoleOffload],
     tier_id: str,
-    layout: bool | SchedulerProblem | None = None,
+    layout: bool | SchedulerProblem,
 ) -> SchedulerSync | SchedulerProblem | None:
     """The CPU scorer in step with the tier for a config in a ConfigMap (`configmap`: the
     one config.ref names in the target's namespace, None when there is none), a problem, or
@@ -119,7 +118,6 @@ def configmap_sync(
             "LLMInferenceService a scheduler ConfigMap of its own",
         )
     own = record if record.get("key") == key else {}
-    layout = producer_layout(target) if layout is None else layout
     sync = config_sync(config, roles, own, f"ConfigMap {name} key {key}", layout)
     return replace(sync, configmap=ref) if isinstance(sync, SchedulerSync) else sync
 

@@ -924,7 +924,7 @@ def llmisvc_form(target: Mapping[str, Any], offload: Offload | None = None) -> t
 
 
 def llmisvc_scheduler(
-    target: Mapping[str, Any], offload: Offload, layout: bool | SchedulerProblem | None = None
+    target: Mapping[str, Any], offload: Offload, layout: bool | SchedulerProblem
 ) -> SchedulerSync | SchedulerProblem | None:
     """The scheduler's CPU-tier scorer for an LLMInferenceService target (render/scheduler.py;
     `layout` as there); None for other kinds or when no CPU-tier scorer is enabled."""

@@ -31,6 +31,7 @@ from kvtier.render.nvme import (
     nvme_volumes,
 )
 from kvtier.render.nvme_class import class_pool_note
+from kvtier.render.picker_version import picker_layout as layout_of
 from kvtier.render.result import DesiredWrite, RenderError, RenderResult
 from kvtier.render.roles import RoleOffload
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
@@ -73,7 +74,8 @@ def render_writes(
     `scheduler_configmap`: the ConfigMap the target's `spec.router.scheduler.config.ref` names,
     as read in the target's namespace (None when there is none); its scorer is written last.
     `picker_layout`: whether the endpoint picker keeps the index in the producer plugin, as
-    render/picker_version.py resolves its version (None: from the target alone)."""
+    render/picker_version.py resolves it from the LLMInferenceServiceConfigs read (None: none
+    were read)."""
     writes: list[DesiredWrite] = []
     notes: list[str] = []
     disk_spec = spec.disk
@@ -178,8 +180,11 @@ def render_writes(
         roles=tuple(roles),
         evictor=nvme_evictor,
     )
-    scheduler = llmisvc_scheduler(target, offload, picker_layout) or configmap_sync(
-        target, scheduler_configmap, offload.role_offloads(), tier.id, picker_layout
+    # No configs read: the target's own annotation, else what KServe does without its
+    # scheduler preset (render/picker_version.py).
+    layout = picker_layout if picker_layout is not None else layout_of(target, {})
+    scheduler = llmisvc_scheduler(target, offload, layout) or configmap_sync(
+        target, scheduler_configmap, offload.role_offloads(), tier.id, layout
     )
     patch = target_patch(target, offload, scheduler)
     if isinstance(patch, Conflict):
