@@ -162,7 +162,15 @@ def test_missing_pool_and_object_store_are_errors() -> None:
     with pytest.raises(RenderError) as err:
         render_writes(ref, tier.spec, no_policy, sizing, target, NODES, 1)
     assert err.value.reason == "NVMePoolNotFound"
-    s3 = _sizing(
+    s3 = _object_store_sizing("kv")
+    with pytest.raises(RenderError) as err:  # this tier names no credentials Secret
+        render_writes(ref, tier.spec, no_policy, s3, target, NODES, 1)
+    assert err.value.reason == "ObjectStoreCredentialsRequired"  # vLLM 0.24 needs the keys
+
+
+def _object_store_sizing(bucket: str, **kw: Any) -> SizingPlan:
+    """Llama 3.1 70B at TP 4 with a 256 GiB CPU tier and an S3 bucket as its disk tier."""
+    return _sizing(
         "llama-3.1-70b",
         4,
         50_000,
@@ -171,12 +179,10 @@ def test_missing_pool_and_object_store_are_errors() -> None:
         cpu_bytes=256 * GiB,
         disk_type="ObjectStore",
         available_disk_types=frozenset({"ObjectStore"}),
-        object_store_bucket="kv",
+        object_store_bucket=bucket,
         object_store_endpoint="https://s3.example.com",
+        **kw,
     )
-    with pytest.raises(RenderError) as err:  # this tier names no credentials Secret
-        render_writes(ref, tier.spec, no_policy, s3, target, NODES, 1)
-    assert err.value.reason == "ObjectStoreCredentialsRequired"  # vLLM 0.24 needs the keys
 
 
 def _object_store(version: str, kind: str, secret: str | None) -> RenderResult:
@@ -198,19 +204,7 @@ def _object_store(version: str, kind: str, secret: str | None) -> RenderResult:
             },
         }
     )
-    sizing = _sizing(
-        "llama-3.1-70b",
-        4,
-        50_000,
-        32,
-        1,
-        cpu_bytes=256 * GiB,
-        disk_type="ObjectStore",
-        available_disk_types=frozenset({"ObjectStore"}),
-        object_store_bucket="kv-cache",
-        object_store_endpoint="https://s3.example.com",
-        vllm_version=version,
-    )
+    sizing = _object_store_sizing("kv-cache", vllm_version=version)
     target = _yaml(
         "targets/llama70b-isvc.yaml"
         if kind == "InferenceService"
