@@ -313,6 +313,8 @@ class Controller:
         try:
             if decision.mode == "Apply" and decision.probe is not None:
                 await self._probe(tier, decision)
+            # Before the status write: whoever sees the new status also sees its metrics.
+            metrics.observe_tier(namespace, name, tier, decision.status)
             updated = await self._write_status(tier, decision)
         except BaseException:
             self._announce(tier, [], written)  # they happened; the rest is retried
@@ -323,7 +325,6 @@ class Controller:
             # events are then no longer news, see cache.is_news), and they need more writes:
             # another round's work, as nothing else will wake the tier for them.
             self.queue.add_after(key, PENDING_RETRY_SECONDS)
-        metrics.observe_tier(namespace, name, tier, decision.status)
 
     def _llmisvc_configs(
         self, target: Mapping[str, Any] | None
