@@ -14,6 +14,7 @@ whole, as Argo CD's JSON merge patch does). The expressions are evaluated by jq 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import shutil
 import tempfile
@@ -27,6 +28,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from kvtier.handlers.schemas import SchemaWatch
 from kvtier.kube.rest import Kube
 from localcluster import LocalCluster, upstream_crds
 from tests.conftest import api_client
@@ -42,6 +44,7 @@ from tests.e2e.kube_helpers import (
 )
 from tests.e2e.operator_process import OperatorProcess
 from tests.e2e.test_operator_apply import POLICY
+from tests.served_schemas import served_schema
 
 REPO = Path(__file__).resolve().parents[2]
 ARGO = "argocd-controller"
@@ -371,6 +374,146 @@ def test_minimal_crds_atomic_spec_is_refused_without_a_write(
     assert target_writes(local, user["kind"], start) == 0
 
 
+def _restorable_isvc(name: str) -> dict[str, Any]:
+    """An InferenceService with every kind of field a user sets (and one no schema knows)."""
+    user = inference_service(
+        name, tp=4, model_uri="hf://meta-llama/Llama-3.1-70B-Instruct", max_replicas=3
+    )
+    pred = user["spec"]["predictor"]
+    pred["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    pred["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    pred["volumes"] = [{"name": "chat-templates", "configMap": {"name": "templates"}}]
+    pred["model"]["volumeMounts"] = [{"name": "chat-templates", "mountPath": "/templates"}]
+    pred["model"]["resources"]["limits"]["memory"] = "48Gi"
+    pred["somethingNew"] = {"kept": "yes"}
+    return user
+
+
+def _objects(api: client.ApiClient, ns: str, name: str) -> str:
+    return _path("serving.kserve.io/v1beta1", "InferenceService", ns, name)
+
+
+def _made_by(api: client.ApiClient, ns: str, user: dict[str, Any], how: str) -> None:
+    """The InferenceService as `how` leaves it, then its managedFields emptied, as backup
+    and restore tools and some GitOps tools leave objects."""
+    kube = Kube(api)
+    name = user["metadata"]["name"]
+    body = {**user, "metadata": {**user["metadata"], "namespace": ns}}
+    if how == "apply":
+        kube.request(
+            "PATCH",
+            _objects(api, ns, name),
+            json.dumps(body),
+            content_type="application/apply-patch+yaml",
+            query={"fieldManager": "kubectl"},
+        )
+    else:
+        kube.request("POST", _path(user["apiVersion"], user["kind"], ns), json.dumps(body))
+    if how == "replace":
+        current = kube.request("GET", _objects(api, ns, name))
+        current["spec"] = copy.deepcopy(user["spec"])
+        kube.request("PUT", _objects(api, ns, name), json.dumps(current))
+    if how == "restore":
+        dump = kube.request("GET", _objects(api, ns, name))
+        kube.request("DELETE", _objects(api, ns, name))
+        eventually(lambda: not _exists(kube, _objects(api, ns, name)), what="deletion")
+        meta = dump["metadata"]
+        for key in ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields"):
+            meta.pop(key, None)
+        kube.request("POST", _path(user["apiVersion"], user["kind"], ns), json.dumps(dump))
+    kube.request(
+        "PATCH",
+        _objects(api, ns, name),
+        json.dumps({"metadata": {"managedFields": [{}]}}),
+        content_type="application/merge-patch+json",
+    )
+
+
+def _exists(kube: Kube, path: str) -> bool:
+    try:
+        kube.request("GET", path)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def test_minimal_crds_lose_nothing_when_managed_fields_are_stripped(
+    minimal: tuple[LocalCluster, OperatorProcess, float],
+) -> None:
+    """The schema as served says spec is atomic, whatever the object's managedFields say:
+    objects made by create, apply, replace and a backup restore, their managedFields
+    emptied, get an Apply tier; not one of the user's fields is lost, Ready is never True,
+    kvtier writes nothing to them, and after the tier's deletion the spec is the user's."""
+    local, _, _ = minimal
+    api = api_client(local.admin_kubeconfig)
+    ns = new_namespace(api, "stripped")
+    hows = ("create", "apply", "replace", "restore")
+    users = {how: _restorable_isvc(f"llama-{how}") for how in hows}
+    for how, user in users.items():
+        _made_by(api, ns, user, how)
+        stripped = live(api, ns, user)
+        entries = stripped["metadata"].get("managedFields") or []
+        assert not any(e.get("fieldsV1") for e in entries)
+        assert stripped["spec"] == user["spec"]
+    start = time.time()
+    for how, user in users.items():
+        create_tier(
+            api,
+            ns,
+            how,
+            {
+                "mode": "Apply",
+                "targetRef": {"kind": "InferenceService", "name": user["metadata"]["name"]},
+                "model": {"name": "llama-3.1-70b"},
+                "workload": {"averageContextTokens": 50000, "concurrentSessions": 8},
+                "disk": {"type": "None"},
+            },
+        )
+    for how in hows:
+        tier = wait_condition(api, ns, how, "Applied", "False", "AtomicSpec", timeout=90)
+        ready = next(c for c in tier["status"]["conditions"] if c["type"] == "Ready")
+        assert (ready["status"], ready["reason"]) == ("False", "AtomicSpec")
+    # Watched for a while: Ready never turns True, and the targets keep the user's spec.
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        for how in hows:
+            ready = next(
+                c for c in get_tier(api, ns, how)["status"]["conditions"] if c["type"] == "Ready"
+            )
+            assert ready["status"] == "False", (how, ready)
+        time.sleep(1)
+    for user in users.values():
+        assert live(api, ns, user)["spec"] == user["spec"]
+    assert target_writes(local, "InferenceService", start) == 0
+    custom = client.CustomObjectsApi(api)
+    for how in hows:
+        custom.delete_namespaced_custom_object("kvcache.io", "v1alpha1", ns, "kvcachetiers", how)
+    kube = Kube(api)
+    for how in hows:
+        gone = functools.partial(_absent, kube, _tier_path(ns, how))
+        eventually(gone, what="tier deletion")
+    for user in users.values():
+        after = live(api, ns, user)
+        assert after["spec"] == user["spec"]
+        assert APPLIED not in (after["metadata"].get("annotations") or {})
+    assert target_writes(local, "InferenceService", start) == 0
+
+
+def _document(kube: Kube, url: str) -> Any:
+    path, _, query = url.partition("?")
+    return kube.request("GET", path, query=dict([query.split("=", 1)]))
+
+
+def _absent(kube: Kube, path: str) -> bool:
+    return not _exists(kube, path)
+
+
+def _tier_path(ns: str, name: str) -> str:
+    return f"/apis/kvcache.io/v1alpha1/namespaces/{ns}/kvcachetiers/{name}"
+
+
 def test_minimal_crds_see_no_target_write_for_a_minute(
     minimal: tuple[LocalCluster, OperatorProcess, float],
 ) -> None:
@@ -378,3 +521,35 @@ def test_minimal_crds_see_no_target_write_for_a_minute(
     time.sleep(max(0.0, started + 60 - time.time()))
     for kind in PLURALS:
         assert target_writes(local, kind, started) == 0
+
+
+@pytest.mark.parametrize(
+    "api_version,kind",
+    [
+        ("serving.kserve.io/v1beta1", "InferenceService"),
+        ("serving.kserve.io/v1alpha1", "LLMInferenceService"),
+        ("serving.kserve.io/v1alpha2", "LLMInferenceService"),
+    ],
+)
+def test_the_served_schema_is_the_crds_own(
+    cluster: LocalCluster,
+    crds: None,
+    minimal: tuple[LocalCluster, OperatorProcess, float],
+    api_version: str,
+    kind: str,
+) -> None:
+    """What the unit tests read as the served schema (tests/served_schemas.py, from the CRD
+    files) is what a real API server serves at /openapi/v3 for KServe's full and minimal
+    CRDs, as the operator reads it (SchemaWatch.schema_of)."""
+    for variant, local in (("full", cluster), ("minimal", minimal[0])):
+        kube = Kube(api_client(local.admin_kubeconfig))
+
+        watch = SchemaWatch(
+            functools.partial(kube.request, "GET", "/openapi/v3"),
+            lambda _: None,
+            read_document=functools.partial(_document, kube),
+        )
+        served = watch.schema_of(api_version, kind)
+        assert served is not None, (variant, api_version, kind)
+        expected = served_schema(api_version, kind, variant)
+        assert served["properties"]["spec"] == expected["properties"]["spec"], variant

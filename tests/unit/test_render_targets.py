@@ -22,7 +22,6 @@ from kvtier.render.targets import (
     PerPodClaim,
     SharedClaim,
     memory_for,
-    spec_is_atomic,
     target_patch,
     unapply_writes,
 )
@@ -368,24 +367,6 @@ def _managed(target: dict[str, Any], manager: str, api_version: str, fields: Any
             "fieldsV1": fields,
         }
     )
-
-
-def test_atomic_spec_is_refused_before_any_write() -> None:
-    target = _isvc()
-    _managed(target, "kubectl", "serving.kserve.io/v1beta1", {"f:spec": {}})
-    assert spec_is_atomic(target)
-    with pytest.raises(RenderError) as err:
-        target_patch(target, _offload())
-    assert (err.value.reason, err.value.condition) == ("AtomicSpec", "Applied")
-    assert "minimal" in err.value.message
-
-
-def test_granular_spec_is_not_atomic() -> None:
-    target = _isvc()
-    _managed(target, "kubectl", "serving.kserve.io/v1beta1", {"f:spec": {"f:predictor": {}}})
-    _managed(target, "kvtier-operator", "serving.kserve.io/v1beta1", {"f:spec": {}})
-    assert not spec_is_atomic(target)
-    assert target_patch(target, _offload())
 
 
 # --- LLMInferenceService v1alpha1 ---------------------------------------------------------------

@@ -79,3 +79,52 @@ def test_a_gone_tier_leaves_no_memo_of_its_objects() -> None:
         {"kind": "InferenceService", "metadata": {"namespace": "ns", "name": "srv"}}
     )
     assert controller.unkept == {}
+
+
+def _document(map_type: str) -> dict[str, Any]:
+    gvk = [{"group": "serving.kserve.io", "version": "v1beta1", "kind": "InferenceService"}]
+    spec = {"type": "object", "x-kubernetes-map-type": map_type}
+    return {
+        "components": {
+            "schemas": {
+                "isvc": {"x-kubernetes-group-version-kind": gvk, "properties": {"spec": spec}}
+            }
+        }
+    }
+
+
+def test_schema_of_reads_each_document_once_per_hash() -> None:
+    hashes = {"serving.kserve.io/v1beta1": "A"}
+    documents = {"A": _document("granular"), "B": _document("atomic")}
+    read: list[str] = []
+
+    def read_document(url: str) -> dict[str, Any]:
+        read.append(url)
+        return documents[url.rsplit("=", 1)[1]]
+
+    watch = SchemaWatch(lambda: _index(hashes), lambda _: None, read_document=read_document)
+    api = ("serving.kserve.io/v1beta1", "InferenceService")
+    first = watch.schema_of(*api)
+    assert first is not None and first["properties"]["spec"]["x-kubernetes-map-type"] == "granular"
+    assert watch.schema_of(*api) == first
+    assert read == ["/openapi/v3/apis/serving.kserve.io/v1beta1?hash=A"]
+    # A CRD replaced: the index names a new hash, and the new document is read at once
+    # when the caller asks for a fresh index (the controller does before applying).
+    hashes["serving.kserve.io/v1beta1"] = "B"
+    assert watch.schema_of(*api) == first  # the index as of the last read
+    watch.index = None
+    fresh = watch.schema_of(*api)
+    assert fresh is not None and fresh["properties"]["spec"]["x-kubernetes-map-type"] == "atomic"
+    assert len(watch.schemas) == 1  # the old document's schema is not kept
+    assert watch.schema_of("serving.kserve.io/v1alpha9", "InferenceService") is None
+
+
+def test_schema_of_is_none_when_it_cannot_be_read() -> None:
+    def fail(_: str) -> dict[str, Any]:
+        raise client.ApiException(status=503)
+
+    watch = SchemaWatch(
+        lambda: _index({"serving.kserve.io/v1beta1": "A"}), lambda _: None, read_document=fail
+    )
+    assert watch.schema_of("serving.kserve.io/v1beta1", "InferenceService") is None
+    assert SchemaWatch(lambda: {}, lambda _: None).schema_of("v1", "Pod") is None

@@ -119,7 +119,9 @@ class Controller:
         # Reads the targets' vLLM metrics in the background; a result wakes its tier.
         self.observer = Observer(self._pods, self.queue.add)
         # A new CRD of a kind kvtier writes may keep what the old one pruned.
-        self.schemas = SchemaWatch(self._openapi_index, self.schemas_changed)
+        self.schemas = SchemaWatch(
+            self._openapi_index, self.schemas_changed, read_document=self._openapi_document
+        )
 
     def lead(self) -> None:
         """Became the acting replica: once the watches have delivered what exists,
@@ -183,6 +185,25 @@ class Controller:
     def _openapi_index(self) -> Mapping[str, Any]:
         index: Mapping[str, Any] = self.kube.request("GET", "/openapi/v3") or {}
         return index
+
+    def _openapi_document(self, url: str) -> Mapping[str, Any]:
+        path, _, query = url.partition("?")
+        params = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
+        document: Mapping[str, Any] = self.kube.request("GET", path, query=params) or {}
+        return document
+
+    async def _target_schema(
+        self, target: Mapping[str, Any] | None, fresh: bool = False
+    ) -> Mapping[str, Any] | None:
+        """The served schema of the target's kind at its version (None without a target).
+        `fresh`: read the index first, so a CRD replaced since the last tick is seen."""
+        if target is None:
+            return None
+        if fresh:
+            self.schemas.index = None
+        return await asyncio.to_thread(
+            self.schemas.schema_of, str(target.get("apiVersion")), str(target.get("kind"))
+        )
 
     def schemas_changed(self, groups: set[str]) -> None:
         """Writes held back because a schema did not keep them get another try, and every
@@ -283,8 +304,18 @@ class Controller:
             scheduler_forbidden=self._forbidden(schedulers),
             llmisvc_configs=self._llmisvc_configs(target),
             kserve_namespace=self.cache.kserve_namespace,
+            target_schema=await self._target_schema(target),
         )
         decision = decide(facts)
+        if target is not None and any(
+            w.action == "Apply" and w.kind == target.get("kind") for w in decision.writes
+        ):
+            # About to apply to the target: its schema as served right now, not as of the
+            # last tick (a CRD replaced meanwhile may make the apply replace the user's spec).
+            schema = await self._target_schema(target, fresh=True)
+            if schema != facts.target_schema:
+                facts = replace(facts, target_schema=schema)
+                decision = decide(facts)
         finalizers = (tier.get("metadata") or {}).get("finalizers") or []
         written: list[DesiredWrite] = []
         if decision.mode == "Apply" and decision.writes:

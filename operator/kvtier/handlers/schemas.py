@@ -6,6 +6,11 @@ so the held write would wait for a restart. The API server's OpenAPI v3 discover
 (`GET /openapi/v3`, readable by every authenticated client through system:discovery, no
 RBAC of kvtier's own) names each group version with a hash of its schema; a changed hash is
 a changed schema. kvtier reads no CustomResourceDefinition objects.
+
+The same index leads to each group version's document, which says how every field of a kind
+merges (render/served_schema.py): whether an apply would replace a part whole is read from
+it, never guessed. Documents are kept by their URL, which carries the hash: a changed schema
+is a new URL, read once.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from kvtier.render.served_schema import kind_schema
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +45,14 @@ def schema_hashes(index: Mapping[str, Any], groups: Iterable[str]) -> dict[str, 
     return out
 
 
+def document_url(index: Mapping[str, Any], api_version: str) -> str | None:
+    """The server-relative URL (with its hash) of a group version's OpenAPI v3 document."""
+    paths = index.get("paths")
+    entry = (paths if isinstance(paths, Mapping) else {}).get(f"apis/{api_version}")
+    url = entry.get("serverRelativeURL") if isinstance(entry, Mapping) else None
+    return str(url) if url else None
+
+
 def changed_groups(before: Mapping[str, str], after: Mapping[str, str]) -> set[str]:
     """Groups with a group version added, removed or re-hashed."""
     return {gv.split("/", 1)[0] for gv in set(before) ^ set(after)} | {
@@ -57,16 +72,47 @@ class SchemaWatch:
         on_change: Callable[[set[str]], None],
         groups: Iterable[str] = WATCHED_GROUPS,
         interval: float = INTERVAL_SECONDS,
+        read_document: Callable[[str], Mapping[str, Any]] | None = None,
     ) -> None:
         self.read_index = read_index
+        self.read_document = read_document
         self.on_change = on_change
         self.groups = frozenset(groups)
         self.interval = interval
         self.hashes: dict[str, str] | None = None
+        self.index: Mapping[str, Any] | None = None
+        # (document URL, kind) → that kind's schema (None: the document has no such kind).
+        self.schemas: dict[tuple[str, str], dict[str, Any] | None] = {}
+
+    def schema_of(self, api_version: str, kind: str) -> dict[str, Any] | None:
+        """The schema the API server serves for `kind` at `api_version`; None when it serves
+        none or it cannot be read now (the caller then writes nothing it would need it for).
+        Reads the index first if no tick has yet."""
+        if self.read_document is None:
+            return None
+        try:
+            if self.index is None:
+                self.index = self.read_index()
+            url = document_url(self.index, api_version)
+            if url is None:
+                return None
+            key = (url, kind)
+            if key not in self.schemas:
+                found = kind_schema(self.read_document(url), api_version, kind)
+                # Only the current document of each group version is kept.
+                base = url.split("?", 1)[0]
+                for old in [k for k in self.schemas if k[0].split("?", 1)[0] == base]:
+                    del self.schemas[old]
+                self.schemas[key] = found
+            return self.schemas[key]
+        except Exception as exc:  # discovery is advisory: never a crash
+            log.warning("reading the schema of %s %s failed: %s", api_version, kind, exc)
+            return None
 
     def check(self) -> set[str]:
         """One read; the groups whose schema changed since the last one."""
-        now = schema_hashes(self.read_index(), self.groups)
+        self.index = self.read_index()
+        now = schema_hashes(self.index, self.groups)
         before, self.hashes = self.hashes, now
         if before is None:
             return set()

@@ -20,6 +20,7 @@ from kvtier.api.policy import KVCachePolicySpec, NonBeneficialAction
 from kvtier.api.tier import ConditionType, DiskType, KVCacheTierSpec, Mode, ValueSource
 from kvtier.names import FINALIZER
 from kvtier.observe.status import DISK_TIERS, Observation
+from kvtier.policy.atomic import atomic_verdict
 from kvtier.policy.capacity import capacity_verdict
 from kvtier.policy.conditions import FALSE, TRUE, UNKNOWN, Verdict, flipped, merge_conditions
 from kvtier.policy.gate import ObservedEvidence, gate_tier, plan_share
@@ -139,6 +140,10 @@ class Facts:
     # (namespace, name), as read (render/picker_version.py); None when none were read.
     llmisvc_configs: Mapping[tuple[str, str], Mapping[str, Any]] | None = None
     kserve_namespace: str = KSERVE_NAMESPACE
+    # The schema the API server serves for the target's kind at its version (its OpenAPI v3
+    # component, render/served_schema.py); None when it could not be read, and then nothing
+    # is applied to the target.
+    target_schema: Mapping[str, Any] | None = None
 
 
 READY_APPLIED = "Applied"  # Ready's reason in Apply mode, and the reason of a writes Event
@@ -812,6 +817,10 @@ def _render(
             Verdict(ConditionType.CONFLICT.value, TRUE, "KVTransferConfigInUse", result.conflict),
             Verdict(ConditionType.APPLIED.value, FALSE, "Conflict", result.conflict),
         ]
+    atomic = atomic_verdict(facts.target_schema, result.writes, facts.target)
+    if atomic is not None:
+        decision.status["plan"] = {"summary": f"{summary}\nCannot apply: {atomic.message}"}
+        return [atomic]
     tier_writes, policy_writes = split_writes(result.writes)
     scheduler, tier_writes = configmap_step(
         result.scheduler,

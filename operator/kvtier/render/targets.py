@@ -12,7 +12,8 @@ KServe's CRDs (v0.20) decide how each field kvtier touches merges:
   of the exact value kvtier read: a concurrent change fails the patch (it is re-read and
   re-rendered), it is never overwritten;
 - an atomic `spec` (KServe's minimal CRDs) cannot be written without replacing the whole
-  spec: refused (`AtomicSpec`), nothing is written.
+  spec: the served schema says so, and policy/atomic.py refuses such a write (`AtomicSpec`)
+  before anything is written.
 
 Values that are not kvtier's alone are overwritten and recorded: the memory request/limit,
 the size of a /dev/shm volume the user already had, and the env value VLLM_ADDITIONAL_ARGS
@@ -541,31 +542,9 @@ def _foreign_entries(target: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     ]
 
 
-def spec_is_atomic(target: Mapping[str, Any]) -> bool:
-    """Whether the CRD declares `spec` an atomic map (KServe's minimal CRDs): a manager that
-    set spec then owns it as one leaf, `f:spec: {}`, where a structural schema lists the
-    children it set."""
-    for entry in _foreign_entries(target):
-        spec = _fields_of(entry).get("f:spec")
-        if isinstance(spec, Mapping) and not spec and _get(target, "spec"):
-            return True
-    return False
-
-
 def foreign_versions(target: Mapping[str, Any]) -> set[str]:
     """The API versions other managers write the object in (their managedFields)."""
     return {str(e.get("apiVersion")) for e in _foreign_entries(target) if e.get("apiVersion")}
-
-
-def _refuse_atomic_spec(target: Mapping[str, Any]) -> None:
-    if spec_is_atomic(target):
-        raise RenderError(
-            "AtomicSpec",
-            f"the {target.get('kind')} CRD declares spec an atomic map (KServe's minimal "
-            "CRDs): any write to spec would replace the user's whole spec, so kvtier writes "
-            "nothing; install KServe's full CRDs (config/crd/full) to let kvtier patch it",
-            condition="Applied",
-        )
 
 
 # --- atomic lists: a guarded JSON patch ---------------------------------------------------------
@@ -734,11 +713,12 @@ def users_part(target: Mapping[str, Any], part: str) -> bool:
     there because someone other than kvtier writes it. One that only kvtier's own fields keep
     alive (its owner dropped it from their manifest: server-side apply keeps the fields of the
     other managers) is not the user's any more, and writing it again would bring back a
-    worker or a prefill role they removed. Objects without managedFields (built by hand) are
-    taken as they are."""
+    worker or a prefill role they removed. Objects whose managedFields record nothing (built
+    by hand, or stripped as backup and restore tools leave them) are taken as they are."""
     if not isinstance(_get(target, *template_path(part)), Mapping):
         return False
-    if not _get(target, "metadata", "managedFields"):
+    entries = _get(target, "metadata", "managedFields") or []
+    if not any(_fields_of(e) for e in entries if isinstance(e, Mapping)):
         return True
     path = ["f:spec", *(f"f:{key}" for key in part.split("."))]
     return any(isinstance(_get(_fields_of(e), *path), Mapping) for e in _foreign_entries(target))
@@ -940,12 +920,10 @@ def target_patch(
 ) -> list[DesiredWrite] | Conflict:
     """The writes for any supported target kind (a JSON patch of atomic lists, if any, then
     the apply, then the scheduler's plugins list when `scheduler` syncs it), or a Conflict.
-    RenderError when the target's schema makes any write unsafe.
 
     The apply carries kvtier's record of the scheduler's user values before the patch
     changes them, so a patch that fails leaves nothing unrecorded."""
     version = target_version(target)
-    _refuse_atomic_spec(target)
     if version == ISVC_V1BETA1:
         return inference_service_patch(target, offload)
     # A config in a ConfigMap is written there (render/scheduler_configmap.py), not here.

@@ -1,0 +1,55 @@
+"""Applied=False before any write whose apply would replace a part of the target the user
+filled: the served schema says which parts merge and which are replaced whole
+(render/served_schema.py). Nothing of the tier is written then, so nothing is half-applied."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kvtier.api.tier import ConditionType
+from kvtier.policy.conditions import FALSE, Verdict
+from kvtier.render import DesiredWrite
+from kvtier.render.served_schema import replaced_parts
+
+KSERVE_GROUP = "serving.kserve.io"
+
+
+def atomic_verdict(
+    schema: Mapping[str, Any] | None,
+    writes: Sequence[DesiredWrite],
+    target: Mapping[str, Any],
+) -> Verdict | None:
+    """Applied=False when an apply among `writes` to the target would replace an atomic part
+    it holds (AtomicSpec), or when the target's schema could not be read (SchemaUnknown:
+    whether an apply merges cannot be known); None when every apply only merges."""
+    kind = str(target.get("kind"))
+    applies = [w for w in writes if w.action == "Apply" and w.kind == kind]
+    if not applies:
+        return None
+    version = str(target.get("apiVersion"))
+    if schema is None:
+        return Verdict(
+            ConditionType.APPLIED.value,
+            FALSE,
+            "SchemaUnknown",
+            f"the API server's schema of {kind} {version} could not be read (GET /openapi/v3): "
+            "without it kvtier cannot tell which parts an apply would replace, so it writes "
+            "nothing; it tries again at the next change or re-check",
+        )
+    parts = sorted({p for w in applies for p in replaced_parts(schema, w.body, target)})
+    if not parts:
+        return None
+    fix = (
+        "install KServe's full CRDs (config/crd/full), which declare these parts granular"
+        if version.startswith(f"{KSERVE_GROUP}/")
+        else f"give the {kind} CRD a structural schema for these parts"
+    )
+    return Verdict(
+        ConditionType.APPLIED.value,
+        FALSE,
+        "AtomicSpec",
+        f"the {kind} {version} schema the API server serves declares {', '.join(parts)} "
+        f"atomic: an apply of kvtier's fields would replace what the user set there, so "
+        f"kvtier writes nothing; {fix}",
+    )

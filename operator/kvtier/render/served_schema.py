@@ -1,0 +1,142 @@
+"""Which parts of an object a server-side apply would replace whole, read from the schema the
+API server serves for its kind (OpenAPI v3), never guessed from the object's managedFields.
+
+An apply merges granular parts field by field: a structural map (the default for an object
+with properties), a list of `x-kubernetes-list-type: map` by its keys, a `set` by value. It
+replaces an atomic part whole: a map of `x-kubernetes-map-type: atomic`, a list of
+`x-kubernetes-list-type: atomic`, and any list without a list type (a CRD's default). Where
+the schema preserves unknown fields without declaring them, the merge deduces the type from
+the value: maps stay granular, lists are atomic. So an apply body that reaches into an
+atomic part carries only kvtier's share of something the user filled: the API server would
+drop the rest (KServe's minimal CRDs declare the whole `spec` atomic).
+
+`replaced_parts(schema, body, live)` names such parts; the caller refuses the write
+(`AtomicSpec`). A part the object does not hold yet, or holds with exactly the value the
+apply carries, loses nothing and is not named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+MAP_TYPE = "x-kubernetes-map-type"
+LIST_TYPE = "x-kubernetes-list-type"
+LIST_KEYS = "x-kubernetes-list-map-keys"
+PRESERVE = "x-kubernetes-preserve-unknown-fields"
+GVK = "x-kubernetes-group-version-kind"
+_REF_PREFIX = "#/components/schemas/"
+# An apply's identity fields, never merged as content.
+_IDENTITY = ("apiVersion", "kind")
+
+
+def kind_schema(document: Mapping[str, Any], api_version: str, kind: str) -> dict[str, Any] | None:
+    """The schema of `kind` at `api_version` in one group version's OpenAPI v3 document
+    (`GET /openapi/v3/apis/<group>/<version>`), its `$ref`s resolved; None if absent."""
+    group, _, version = api_version.rpartition("/")
+    schemas = (document.get("components") or {}).get("schemas") or {}
+    for schema in schemas.values():
+        for gvk in schema.get(GVK) or []:
+            if (gvk.get("group", ""), gvk.get("version"), gvk.get("kind")) == (
+                group,
+                version,
+                kind,
+            ):
+                resolved: dict[str, Any] = _resolved(schema, schemas, depth=0)
+                return resolved
+    return None
+
+
+def _resolved(node: Any, schemas: Mapping[str, Any], depth: int) -> Any:
+    """`node` with every `$ref` into the document's components replaced by its target, and a
+    lone `allOf` (how OpenAPI v3 wraps a `$ref` with siblings) folded in. The depth bound
+    keeps a recursive schema (JSONSchemaProps) finite: below it the node reads as unknown."""
+    if depth > 64:
+        return {}
+    if isinstance(node, Mapping):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith(_REF_PREFIX):
+            target = schemas.get(ref[len(_REF_PREFIX) :], {})
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            return _resolved({**target, **rest}, schemas, depth + 1)
+        out = {k: _resolved(v, schemas, depth + 1) for k, v in node.items() if k != "allOf"}
+        for part in node.get("allOf") or []:
+            for key, value in _resolved(part, schemas, depth + 1).items():
+                out.setdefault(key, value)
+        return out
+    if isinstance(node, list):
+        return [_resolved(v, schemas, depth + 1) for v in node]
+    return node
+
+
+def replaced_parts(
+    schema: Mapping[str, Any], body: Mapping[str, Any], live: Mapping[str, Any] | None
+) -> list[str]:
+    """Dotted paths of the atomic parts an apply of `body` would replace while `live` holds
+    something else there (`[]`: the apply only merges). metadata is the API server's own
+    (labels and annotations are granular maps) and not looked at."""
+    out: list[str] = []
+    for key, value in body.items():
+        if key in _IDENTITY or key == "metadata":
+            continue
+        child = _child(schema, key)
+        out += _replaced(child, value, _at(live, key), (key,))
+    return out
+
+
+def _replaced(
+    schema: Mapping[str, Any] | None, value: Any, live: Any, path: tuple[str, ...]
+) -> list[str]:
+    if isinstance(value, Mapping):
+        if schema is not None and schema.get(MAP_TYPE) == "atomic":
+            return [] if live is None or live == value else [_dotted(path)]
+        out: list[str] = []
+        for key, sub in value.items():
+            out += _replaced(_child(schema, key), sub, _at(live, key), (*path, key))
+        return out
+    if isinstance(value, list):
+        kind = schema.get(LIST_TYPE) if schema is not None else None
+        if kind == "map":
+            return list(_replaced_items(schema or {}, value, live, path))
+        if kind == "set":
+            return []
+        return [] if live is None or live == value else [_dotted(path)]
+    return []
+
+
+def _replaced_items(
+    schema: Mapping[str, Any], items: Sequence[Any], live: Any, path: tuple[str, ...]
+) -> Iterator[str]:
+    """The parts replaced inside the items of a keyed list, each matched to the live item
+    with the same keys (an item the object does not hold yet is all new)."""
+    keys = list(schema.get(LIST_KEYS) or [])
+    item_schema = schema.get("items")
+    current = [i for i in live if isinstance(i, Mapping)] if isinstance(live, list) else []
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue
+        ident = [item.get(k) for k in keys]
+        match = next((c for c in current if [c.get(k) for k in keys] == ident), None)
+        label = ",".join(f"{k}={v}" for k, v in zip(keys, ident, strict=True))
+        yield from _replaced(item_schema, item, match, (*path, f"[{label}]"))
+
+
+def _child(schema: Mapping[str, Any] | None, key: str) -> Mapping[str, Any] | None:
+    """The schema of field `key` of an object node; None where it declares none (unknown
+    fields, preserved or not, merge by the value's own shape)."""
+    if schema is None:
+        return None
+    props = schema.get("properties")
+    if isinstance(props, Mapping) and key in props:
+        found = props[key]
+        return found if isinstance(found, Mapping) else None
+    extra = schema.get("additionalProperties")
+    return extra if isinstance(extra, Mapping) else None
+
+
+def _at(node: Any, key: str) -> Any:
+    return node.get(key) if isinstance(node, Mapping) else None
+
+
+def _dotted(path: tuple[str, ...]) -> str:
+    return ".".join(path).replace(".[", "[")
