@@ -697,7 +697,7 @@ def _stop_py_spy(spy: subprocess.Popen[bytes]) -> None:
 # Where a sample belongs: the first layer one of whose frames is on its stack.
 LAYERS = (
     # The handlers run from the informer's delivery, so they are matched first.
-    ("kvtier: handling watch events (cache, queue)", ("kvtier/handlers/watches.py",)),
+    ("kvtier: handling watch events (cache, queue)", ("kvtier/controller/watches.py",)),
     (
         "kvtier: receiving watch events (informers: HTTP stream, JSON)",
         ("kvtier/kube/informer.py",),

@@ -157,7 +157,7 @@ def test_gap_text_says_when_the_controller_floor_is_beyond_the_goal() -> None:
 def test_profile_layers_put_each_sample_in_its_first_layer(tmp_path: Path) -> None:
     collapsed = tmp_path / "operator.collapsed"
     collapsed.write_text(
-        "main;_dispatch (kvtier/kube/informer.py:1);on_tier (kvtier/handlers/watches.py:9) 3\n"
+        "main;_dispatch (kvtier/kube/informer.py:1);on_tier (kvtier/controller/watches.py:9) 3\n"
         "main;reconcile;decide (kvtier/policy/decide.py:9) 5\n"
         "main;select (selectors.py:1) 2\n"
         "run;_watch (kvtier/kube/informer.py:4);stream (kvtier/kube/rest.py:9) 2\n"

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     import kopf
 
     from kvtier import metrics
-    from kvtier.handlers import registration
+    from kvtier.controller import registration
 
     if args.kubeconfig:
         os.environ[registration.ENV_KUBECONFIG] = args.kubeconfig

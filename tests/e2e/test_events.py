@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from kubernetes import client
 from prometheus_client import REGISTRY
 
-from kvtier.handlers.events import EventBudget, EventSender
+from kvtier.controller.events import EventBudget, EventSender
 from kvtier.kube.rest import Kube
 from kvtier.render.event import event_body
 from tests.e2e.kube_helpers import events_for, new_namespace

@@ -396,7 +396,7 @@ def test_strict_validation_refuses_an_unknown_field(
 def test_operator_reads_its_own_pods_image(bare_cluster: LocalCluster) -> None:
     """probe_image under the operator's own identity (deploy/manifests/rbac.yaml): the image
     of the `operator` container of the pod KVTIER_POD_NAME names."""
-    from kvtier.handlers.registration import probe_image
+    from kvtier.controller.registration import probe_image
     from kvtier.kube.rest import Kube, load_client
 
     restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}

@@ -28,7 +28,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from kvtier.handlers.schemas import SchemaWatch
+from kvtier.controller.schemas import SchemaWatch
 from kvtier.kube.rest import Kube
 from localcluster import LocalCluster, upstream_crds
 from tests.conftest import api_client

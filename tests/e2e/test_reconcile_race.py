@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 
 from kvtier.api.tier import API_VERSION
-from kvtier.handlers.controller import PENDING_RETRY_SECONDS, Controller
+from kvtier.controller.controller import PENDING_RETRY_SECONDS, Controller
 from kvtier.kube.rest import Kube
 from tests.conftest import api_client
 from tests.e2e.conftest import create_target, inference_service, own_cluster

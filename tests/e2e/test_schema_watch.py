@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from kvtier.handlers.schemas import SchemaWatch
+from kvtier.controller.schemas import SchemaWatch
 from kvtier.kube.rest import Kube
 from localcluster import upstream_crds
 from tests.conftest import api_client

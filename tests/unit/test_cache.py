@@ -7,7 +7,7 @@ from typing import Any
 from prometheus_client import REGISTRY
 
 from kvtier import metrics
-from kvtier.handlers.cache import Cache, is_news
+from kvtier.controller.cache import Cache, is_news
 from kvtier.render.naming import tier_id
 
 

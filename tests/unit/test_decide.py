@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from kvtier.handlers.controller import status_patch
-from kvtier.handlers.workqueue import WorkQueue
+from kvtier.controller.controller import status_patch
+from kvtier.controller.workqueue import WorkQueue
 from kvtier.policy.conditions import Verdict, merge_conditions
 from kvtier.policy.decide import Event, Facts, announce, decide, short_quantity
 from kvtier.policy.targets import placement, target_facts

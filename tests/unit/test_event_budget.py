@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvtier.handlers.events import EventBudget
+from kvtier.controller.events import EventBudget
 
 
 def test_a_burst_then_one_per_refill_period() -> None:

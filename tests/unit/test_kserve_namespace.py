@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from kvtier.handlers.cache import Cache
-from kvtier.handlers.registration import ENV_KSERVE_NAMESPACE, kserve_namespace
+from kvtier.controller.cache import Cache
+from kvtier.controller.registration import ENV_KSERVE_NAMESPACE, kserve_namespace
 from kvtier.render.picker_version import KSERVE_NAMESPACE, PRESET
 
 REPO = Path(__file__).resolve().parents[2]

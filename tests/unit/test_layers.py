@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "kvtier"
-IO_LAYERS = ("kvtier.handlers", "kvtier.kube", "kvtier.observe")
+IO_LAYERS = ("kvtier.controller", "kvtier.kube", "kvtier.observe")
 FORBIDDEN = {
     "api": ("kvtier.policy", "kvtier.render", "kvtier.settings", *IO_LAYERS),
     "sizing": ("kvtier.api", "kvtier.policy", "kvtier.render", "kvtier.settings", *IO_LAYERS),

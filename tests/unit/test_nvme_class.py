@@ -15,8 +15,8 @@ from kvtier.api.policy import (
     POOL_SOURCE_MESSAGE,
     KVCachePolicySpec,
 )
-from kvtier.handlers.controller import Controller
-from kvtier.handlers.watches import on_capacity, on_policy, on_storage_class
+from kvtier.controller.controller import Controller
+from kvtier.controller.watches import on_capacity, on_policy, on_storage_class
 from kvtier.kube.rest import Kube
 from kvtier.policy.decide import Decision, decide
 from kvtier.policy.provisioning import policy_writes

@@ -10,8 +10,8 @@ from typing import Any
 
 from kubernetes import client
 
-from kvtier.handlers.controller import Controller
-from kvtier.handlers.watches import on_llmisvc_config
+from kvtier.controller.controller import Controller
+from kvtier.controller.watches import on_llmisvc_config
 from kvtier.kube.rest import Kube
 from kvtier.policy.decide import decide
 from kvtier.render.picker_version import PRESET

@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 
 from kvtier.api.crd import KVCACHEPOLICY, KVCACHETIER, crd_document
-from kvtier.handlers.controller import status_patch
+from kvtier.controller.controller import status_patch
 from kvtier.policy.conditions import FALSE, TRUE, Verdict
 from kvtier.policy.decide import decide
 from kvtier.policy.policy_ready import policy_ready

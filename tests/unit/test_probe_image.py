@@ -1,11 +1,11 @@
 """Which image probe Jobs run: the operator's own pod's, else RELATED_IMAGE_KVTIER_OPERATOR,
-else KVTIER_IMAGE, else the built-in default (kvtier.handlers.registration.probe_image)."""
+else KVTIER_IMAGE, else the built-in default (kvtier.controller.registration.probe_image)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kvtier.handlers.registration import probe_image
+from kvtier.controller.registration import probe_image
 
 
 class FakeKube:

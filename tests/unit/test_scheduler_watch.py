@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from kvtier.handlers import controller as controller_module
-from kvtier.handlers.controller import Controller
-from kvtier.handlers.watches import on_configmap
+from kvtier.controller import controller as controller_module
+from kvtier.controller.controller import Controller
+from kvtier.controller.watches import on_configmap
 from kvtier.kube.rest import Kube
 from kvtier.render import DesiredWrite
 from kvtier.render.naming import tier_id
@@ -100,7 +100,7 @@ def test_a_403_holds_the_write_back_until_the_configmap_changes_or_time_passes(
     write = DesiredWrite("Patch", "v1", "ConfigMap", "epp-config", "llm", {"jsonPatch": []}, "")
     now = [1000.0]
     clock = SimpleNamespace(monotonic=lambda: now[0])
-    monkeypatch.setattr("kvtier.handlers.controller.time", clock)
+    monkeypatch.setattr("kvtier.controller.controller.time", clock)
     tier = controller.cache.tiers[KEY]
 
     async def forbid() -> None:  # the retry is scheduled on the running loop

@@ -7,8 +7,8 @@ from typing import Any
 
 from kubernetes import client
 
-from kvtier.handlers.controller import Controller
-from kvtier.handlers.schemas import SchemaWatch, changed_groups, schema_hashes
+from kvtier.controller.controller import Controller
+from kvtier.controller.schemas import SchemaWatch, changed_groups, schema_hashes
 from kvtier.kube.rest import Kube
 from kvtier.policy.provisioning import Unkept
 

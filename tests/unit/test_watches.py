@@ -13,9 +13,9 @@ from typing import Any
 from kubernetes import client
 
 from kvtier.api.tier import API_VERSION
-from kvtier.handlers.controller import Controller
-from kvtier.handlers.watches import on_owned, on_target, on_tier
-from kvtier.handlers.workqueue import WorkQueue
+from kvtier.controller.controller import Controller
+from kvtier.controller.watches import on_owned, on_target, on_tier
+from kvtier.controller.workqueue import WorkQueue
 from kvtier.kube.rest import Kube
 from kvtier.render.labels import TIER_ID
 from kvtier.render.naming import tier_id

@@ -1,7 +1,7 @@
 """kopf runs the operator process: credentials, startup and cleanup, the liveness endpoint.
 
-Load with `kvtier operator`, or `kopf run -m kvtier.handlers.registration --all-namespaces`.
-The watches are kvtier's own informers (kvtier.handlers.watches), not kopf resource handlers:
+Load with `kvtier operator`, or `kopf run -m kvtier.controller.registration --all-namespaces`.
+The watches are kvtier's own informers (kvtier.controller.watches), not kopf resource handlers:
 kopf's per-event machinery cost about 1 ms of CPU per event, the largest share of the
 operator's CPU while hundreds of tiers converged; a decoded event costs a fifth of that.
 """
@@ -16,9 +16,9 @@ from typing import Any
 
 import kopf
 
-from kvtier.handlers.controller import Controller
-from kvtier.handlers.leader import LeaderElector
-from kvtier.handlers.watches import deliveries
+from kvtier.controller.controller import Controller
+from kvtier.controller.leader import LeaderElector
+from kvtier.controller.watches import deliveries
 from kvtier.kube.informer import BACKOFFS, Informer
 from kvtier.kube.rest import Kube, load_client
 from kvtier.render.picker_version import KSERVE_NAMESPACE

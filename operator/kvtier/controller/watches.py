@@ -16,8 +16,8 @@ from functools import partial
 from typing import Any
 
 from kvtier.api.tier import API_VERSION
-from kvtier.handlers.cache import TierKey, is_news
-from kvtier.handlers.controller import POLICY_KEY, Controller
+from kvtier.controller.cache import TierKey, is_news
+from kvtier.controller.controller import POLICY_KEY, Controller
 from kvtier.kube.informer import Deliver, Watched
 from kvtier.policy.replica1 import filesystem_key, is_replica1
 from kvtier.render.probe_job import PROBE_TIER

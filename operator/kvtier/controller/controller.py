@@ -15,10 +15,10 @@ from kubernetes.client.exceptions import ApiException
 
 from kvtier import metrics
 from kvtier.api.tier import API_VERSION
-from kvtier.handlers.cache import VERSION_PREFERENCE, Cache, TierKey
-from kvtier.handlers.events import EventSender
-from kvtier.handlers.schemas import SchemaWatch
-from kvtier.handlers.workqueue import WorkQueue
+from kvtier.controller.cache import VERSION_PREFERENCE, Cache, TierKey
+from kvtier.controller.events import EventSender
+from kvtier.controller.schemas import SchemaWatch
+from kvtier.controller.workqueue import WorkQueue
 from kvtier.kube.informer import Informer
 from kvtier.kube.rest import Kube
 from kvtier.names import FINALIZER
