@@ -75,6 +75,13 @@ demo: venv deps cluster-bin upstream-crds
 conformance:
 	hack/conformance/run $(if $(CONFORMANCE_WRITE),--write)
 
+# The golden files of kvtier's rendered writes (tests/golden/rendered), which `make test`
+# compares byte for byte (tests/unit/test_golden_writes.py): rewritten only here, after an
+# intended change of the writes; review the diff.
+.PHONY: golden
+golden: venv upstream-crds
+	$(BIN)/python -m tests.golden.regenerate
+
 # The full-size benchmark and robustness suites (CI runs them shortened in `make test`).
 bench: venv deps cluster-bin upstream-crds
 	$(BIN)/pip install -q -e '.[dev,plot,bench]'
