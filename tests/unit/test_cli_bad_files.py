@@ -216,12 +216,12 @@ def test_broken_pipe_is_quiet(
 def test_an_unexpected_error_is_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import kvtier.cli_plan
+    import kvtier.cli.plan
 
     def boom(args: object) -> int:
         raise RuntimeError("something kvtier did not foresee")
 
-    monkeypatch.setattr(kvtier.cli_plan, "run_models", boom)
+    monkeypatch.setattr(kvtier.cli.plan, "run_models", boom)
     monkeypatch.delenv("KVTIER_TRACEBACK", raising=False)
     assert main(["models"]) == 1
     err = capsys.readouterr().err

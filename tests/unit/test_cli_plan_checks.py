@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from kvtier.cli import main
-from kvtier.cli_plan import render_models
+from kvtier.cli.plan import render_models
 from kvtier.sizing import geometry_from_hf_config, load_catalog, lookup_model
 
 CONFIGS = Path(__file__).parent.parent / "fixtures" / "configs"

@@ -8,10 +8,8 @@ from typing import Any
 
 import pytest
 
-from kvtier.cli import build_parser
-from kvtier.cli_plan import sizing_input
-from kvtier.cli_plot import draw, restore_wins_above
-from kvtier.sizing import SizingPlan, plan
+from kvtier.cli.plot import draw_plan, restore_wins_above
+from kvtier.sizing import SizingInput, SizingPlan, plan, resolve_geometry
 
 matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")
@@ -19,23 +17,33 @@ from matplotlib import pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-# Llama 3.1 70B at the study's 50K context and 60 s TTFT: t_prefill = 1.2 ms/token, a
-# 5 MiB block per 16 tokens; the study's 64 GiB CPU tier, too small for the working set.
-STUDY = ["plan", "--model", "llama-3.1-70b", "--tp", "8", "--context", "50000",
-         "--sessions", "64", "--ttft", "60", "--cpu", "64Gi"]  # fmt: skip
+# Tier → (fio p99 seconds, read bandwidth bytes/s).
+Tiers = dict[str, tuple[float, int]]
 
 
-def result(*flags: str) -> SizingPlan:
-    args = build_parser("plan").parse_args([*STUDY, *flags])
-    return plan(sizing_input(args))
+def result(tiers: Tiers) -> SizingPlan:
+    """Llama 3.1 70B at the study's 50K context and 60 s TTFT: t_prefill = 1.2 ms/token, a
+    5 MiB block per 16 tokens; the study's 64 GiB CPU tier, too small for the working set."""
+    return plan(
+        SizingInput(
+            geometry=resolve_geometry(model="llama-3.1-70b"),
+            tensor_parallel_size=8,
+            average_context_tokens=50_000,
+            concurrent_sessions=64,
+            baseline_ttft_seconds=60.0,
+            cpu_bytes=64 * 2**30,
+            tier_p99_seconds={tier: p99 for tier, (p99, _) in tiers.items()},
+            tier_bandwidth_bytes_per_second={tier: rate for tier, (_, rate) in tiers.items()},
+        )
+    )
 
 
 @pytest.fixture
 def figure() -> Iterator[Any]:
     figures: list[Any] = []
 
-    def make(*flags: str) -> Any:
-        fig = draw(result(*flags))
+    def make(tiers: Tiers) -> Any:
+        fig = draw_plan(result(tiers))
         fig.canvas.draw()
         figures.append(fig)
         return fig
@@ -53,12 +61,13 @@ def by_gid(fig: Any, kind: type, prefix: str) -> dict[str, Any]:
     return {a.get_gid(): a for a in fig.findobj(wanted)}
 
 
-TWO_FAST = ["--tier-p99", "nvme=0.05", "--tier-bandwidth", "nvme=3GB/s",
-            "--tier-p99", "cephfs=0.08", "--tier-bandwidth", "cephfs=1GB/s"]  # fmt: skip
+TWO_FAST: Tiers = {"NVMe": (0.05, 3_000_000_000), "CephFS": (0.08, 1_000_000_000)}
+# 205 MB/s moves a token in 1.6 ms, slower than the 1.2 ms it takes to compute it.
+SLOW_CEPHFS: Tiers = {"NVMe": (0.05, 3_000_000_000), "CephFS": (0.1, 205_000_000)}
 
 
 def test_small_crossovers_of_two_tiers_are_apart(figure: Any) -> None:
-    fig = figure(*TWO_FAST)
+    fig = figure(TWO_FAST)
     (ax,) = fig.axes
     assert ax.get_xscale() == "log"
     labels = by_gid(fig, Text, "crossover-label-")
@@ -73,9 +82,7 @@ def test_small_crossovers_of_two_tiers_are_apart(figure: Any) -> None:
 
 
 def test_no_crossover_for_a_tier_that_never_beats_recompute(figure: Any) -> None:
-    # 205 MB/s moves a token in 1.6 ms, slower than the 1.2 ms it takes to compute it.
-    fig = figure("--tier-p99", "nvme=0.05", "--tier-bandwidth", "nvme=3GB/s",
-                 "--tier-p99", "cephfs=0.1", "--tier-bandwidth", "cephfs=205MB/s")  # fmt: skip
+    fig = figure(SLOW_CEPHFS)
     assert set(by_gid(fig, Line2D, "crossover-")) == {"crossover-NVMe"}
     assert set(by_gid(fig, Text, "crossover-label-")) == {"crossover-label-NVMe"}
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
@@ -83,14 +90,12 @@ def test_no_crossover_for_a_tier_that_never_beats_recompute(figure: Any) -> None
 
 
 def test_the_verdict_is_on_the_picture(figure: Any) -> None:
-    flags = ["--tier-p99", "nvme=0.05", "--tier-bandwidth", "nvme=3GB/s",
-             "--tier-p99", "cephfs=0.1", "--tier-bandwidth", "cephfs=205MB/s"]  # fmt: skip
-    fig = figure(*flags)
+    fig = figure(SLOW_CEPHFS)
     (verdict,) = by_gid(fig, Text, "verdict").values()
     lines = verdict.get_text().splitlines()
     assert lines[0].startswith("NVMe: restore wins at 50,000 tokens")
     # The plan's verdict per tier, whichever view decided it.
-    for tier, line in zip(result(*flags).tiers, lines, strict=True):
+    for tier, line in zip(result(SLOW_CEPHFS).tiers, lines, strict=True):
         outcome = {True: "restore wins", False: "recompute wins", None: "no verdict"}
         assert line.startswith(f"{tier.name}: {outcome[tier.beneficial]} at 50,000 tokens"), line
     # Below the axes, so it hides no curve.
@@ -98,7 +103,7 @@ def test_the_verdict_is_on_the_picture(figure: Any) -> None:
 
 
 def test_crossover_line_is_where_the_drawn_curves_meet(figure: Any) -> None:
-    fig = figure(*TWO_FAST)
+    fig = figure(TWO_FAST)
     (ax,) = fig.axes
     recompute = next(line for line in ax.get_lines() if line.get_label().startswith("recompute"))
     restore = next(line for line in ax.get_lines() if line.get_label() == "restore from NVMe")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kvtier import cli_probe
+import kvtier.cli.probe as cli_probe
 from kvtier.cli import main
 from kvtier.probe import filesystem_type
 from kvtier.probe.fio_runner import MEMORY_FILESYSTEMS

@@ -1,7 +1,9 @@
-"""Every number of docs/sizing.md's worked examples, recomputed with kvtier.sizing."""
+"""Every number of docs/sizing.md's worked examples, recomputed by running the `kvtier plan`
+command each one shows (with -o json)."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -9,9 +11,7 @@ from typing import Any
 
 import pytest
 
-from kvtier.cli import build_parser
-from kvtier.cli_plan import sizing_input
-from kvtier.sizing import plan
+from kvtier.cli import main
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sizing.md"
 _EXAMPLE = re.compile(r"```sh\n(kvtier plan [^\n]+)\n```\n\n((?:\|[^\n]*\n)+)")
@@ -52,9 +52,13 @@ def test_the_doc_has_worked_examples() -> None:
 
 
 @pytest.mark.parametrize(("command", "rows"), _examples(), ids=lambda x: str(x)[:60])
-def test_worked_example(command: str, rows: list[tuple[str, str]]) -> None:
+def test_worked_example(
+    command: str, rows: list[tuple[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
     argv = shlex.split(command)[1:]
-    args = build_parser("plan").parse_args(argv)
-    document = plan(sizing_input(args)).as_dict()
+    code = main([*argv, "-o", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    document = json.loads(out)
     for path, shown in rows:
         assert _lookup(document, path) == _value(shown.strip()), (command, path)

@@ -12,16 +12,17 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from kvtier.cli import SUBCOMMAND_MODULES, CliError
+from kvtier.cli.args import positive_number, sizing_error
+from kvtier.cli.base import CliError
+from kvtier.cli.commands import summary
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from kvtier.cli import Subparsers
+    from kvtier.cli.base import Subparsers
     from kvtier.simulate import SimConfig, Simulation
 
 OUTPUTS = ("table", "json")
-PLOT_FORMATS = (".png", ".svg")
 # SizingError.field → the flag that sets it.
 _FLAGS = {
     "model": "--model",
@@ -53,7 +54,7 @@ _FLAGS = {
 def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "simulate",
-        help=SUBCOMMAND_MODULES[__name__]["simulate"],
+        help=summary("simulate"),
         description="Discrete-event what-if of one vLLM server (or replicas sharing a disk "
         "tier) under agentic sessions: throughput, TTFT and hits per tier with tiers off, "
         "CPU only and CPU + disk, on the same seeded workload. Without flags: the study's "
@@ -116,12 +117,13 @@ def run_simulate(args: argparse.Namespace) -> int:
     from kvtier.sizing import SizingError
 
     if args.plot:
-        _check_plot_path(args.plot)
+        from kvtier.cli.plot import check_path
+
+        check_path(args.plot)  # before the run, not after it
     try:
         result = simulate(sim_config(args))
     except SizingError as exc:
-        flag = _FLAGS.get(exc.field, exc.field)
-        raise CliError(f"simulate: {flag}: {exc.message}") from None
+        raise sizing_error(exc, _FLAGS, "simulate") from None
     if args.output == "json":
         json.dump(result.as_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -130,7 +132,9 @@ def run_simulate(args: argparse.Namespace) -> int:
 
         render(result, Console(file=sys.stdout))
     if args.plot:
-        write_plot(result, args.plot)
+        from kvtier.cli.plot import draw_simulation, write_plot
+
+        write_plot(draw_simulation, result, args.plot)
     return 0
 
 
@@ -228,12 +232,9 @@ def sim_config(args: argparse.Namespace) -> SimConfig:
 
 def _number(text: str, flag: str, zero: bool = False) -> float:
     try:
-        value = float(text)
-    except ValueError:
-        raise CliError(f"simulate: {flag}: {text!r} is not a number") from None
-    if not (value > 0 or (zero and value == 0)) or value == float("inf"):
-        raise CliError(f"simulate: {flag}: must be greater than zero, got {text}")
-    return value
+        return positive_number(text, zero=zero)
+    except argparse.ArgumentTypeError as exc:
+        raise CliError(f"simulate: {flag}: {exc}") from None
 
 
 def render(result: Simulation, console: Console) -> None:
@@ -280,48 +281,3 @@ def render(result: Simulation, console: Console) -> None:
             *(f"{h[k]:.0%}" for k in ("gpu", "cpu", "disk", "recompute")),
         )
     console.print(table)
-
-
-def _check_plot_path(path: str) -> None:
-    from pathlib import Path
-
-    if Path(path).suffix.lower() not in PLOT_FORMATS:
-        raise CliError(f"--plot: {path!r} must end in {' or '.join(PLOT_FORMATS)}")
-
-
-def write_plot(result: Simulation, path: str) -> None:
-    """Three panels: throughput against tiers off, TTFT, and where prompt tokens came from."""
-    from pathlib import Path
-
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")  # files only, never a display
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise CliError("--plot needs matplotlib: pip install 'kvtier[plot]'", exit_code=1) from None
-
-    names = [r.scenario for r in result.results]
-    fig, (speed, ttft, hits) = plt.subplots(1, 3, figsize=(13, 4.5))
-    speed.bar(names, [r.throughput_ratio for r in result.results], color="tab:blue")
-    speed.set_title("throughput × tiers off")
-    ttft.bar(names, [r.ttft_mean for r in result.results], color="tab:orange", label="mean")
-    ttft.plot(names, [r.ttft_p99 for r in result.results], "k^", label="p99")
-    ttft.set_title("TTFT (s)")
-    ttft.legend()
-    bottom = [0.0] * len(names)
-    for tier in ("gpu", "cpu", "disk", "recompute"):
-        shares = [r.hit_ratios[tier] for r in result.results]
-        hits.bar(names, shares, bottom=bottom, label=tier)
-        bottom = [b + s for b, s in zip(bottom, shares, strict=True)]
-    hits.set_title("prompt tokens by source")
-    hits.legend()
-    fig.suptitle(f"{result.config.model}: {result.config.workload.sessions} sessions")
-    fig.tight_layout()
-    try:
-        with open(path, "wb") as out:
-            fig.savefig(out, format=Path(path).suffix.lower()[1:])
-    except OSError as exc:
-        raise CliError(f"--plot: cannot write {path}: {exc.strerror or exc}", exit_code=1) from None
-    finally:
-        plt.close(fig)

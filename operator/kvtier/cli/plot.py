@@ -1,22 +1,29 @@
-"""`kvtier plan --plot`: restore time vs recompute time over context length, per disk tier.
+"""The --plot figures of `kvtier plan` and `kvtier simulate`, and the one writer of both.
 
-Both axes are logarithmic: crossovers of fast tiers lie at tens or hundreds of tokens,
-average contexts at tens of thousands. matplotlib is the optional extra `plot`
-(pip install 'kvtier[plot]').
+plan: restore time vs recompute time over context length, per disk tier. Both axes are
+logarithmic: crossovers of fast tiers lie at tens or hundreds of tokens, average contexts at
+tens of thousands. simulate: throughput, TTFT and prompt tokens by source per scenario.
+matplotlib is the optional extra `plot` (pip install 'kvtier[plot]').
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
-from kvtier.cli import CliError
-from kvtier.sizing import SizingPlan, restore_seconds
-from kvtier.sizing.tiers import TierAssessment
+from kvtier.cli.base import CliError
+from kvtier.sizing import restore_seconds
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+    from kvtier.simulate import Simulation
+    from kvtier.sizing import SizingPlan
+    from kvtier.sizing.tiers import TierAssessment
+
+Result = TypeVar("Result")
 
 FORMATS = (".png", ".svg")
 _POINTS = 200
@@ -57,7 +64,7 @@ def verdict_line(tier: TierAssessment, context: int) -> str:
     return f"{tier.name}: {outcome} at {context:,} tokens{view}"
 
 
-def draw(result: SizingPlan) -> Figure:
+def draw_plan(result: SizingPlan) -> Figure:
     """The figure: recompute, each measured tier's restore curve, the lengths above which
     restore wins (only for tiers where it ever does) and the verdict per tier."""
     inp = result.input
@@ -69,13 +76,8 @@ def draw(result: SizingPlan) -> Figure:
     ]
     if ttft is None or not tiers:
         raise CliError("--plot: needs --ttft and a --tier-p99 or --tier-bandwidth to draw")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")  # files only, never a display
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise CliError("--plot needs matplotlib: pip install 'kvtier[plot]'", exit_code=1) from None
+    load_matplotlib()
+    import matplotlib.pyplot as plt
 
     context = inp.average_context_tokens
     block_bytes = result.sizing.block_bytes
@@ -142,12 +144,53 @@ def draw(result: SizingPlan) -> Figure:
     return fig
 
 
-def write_plot(result: SizingPlan, path: str) -> None:
-    """Draw the figure into `path` (.png or .svg)."""
+def draw_simulation(result: Simulation) -> Figure:
+    """Three panels: throughput against tiers off, TTFT, and where prompt tokens came from."""
+    load_matplotlib()
+    import matplotlib.pyplot as plt
+
+    names = [r.scenario for r in result.results]
+    fig, (speed, ttft, hits) = plt.subplots(1, 3, figsize=(13, 4.5))
+    speed.bar(names, [r.throughput_ratio for r in result.results], color="tab:blue")
+    speed.set_title("throughput × tiers off")
+    ttft.bar(names, [r.ttft_mean for r in result.results], color="tab:orange", label="mean")
+    ttft.plot(names, [r.ttft_p99 for r in result.results], "k^", label="p99")
+    ttft.set_title("TTFT (s)")
+    ttft.legend()
+    bottom = [0.0] * len(names)
+    for tier in ("gpu", "cpu", "disk", "recompute"):
+        shares = [r.hit_ratios[tier] for r in result.results]
+        hits.bar(names, shares, bottom=bottom, label=tier)
+        bottom = [b + s for b, s in zip(bottom, shares, strict=True)]
+    hits.set_title("prompt tokens by source")
+    hits.legend()
+    fig.suptitle(f"{result.config.model}: {result.config.workload.sessions} sessions")
+    fig.tight_layout()
+    return fig
+
+
+def check_path(path: str) -> None:
+    """CliError unless `path` ends in one of FORMATS (before a long run, not after it)."""
     if Path(path).suffix.lower() not in FORMATS:
         raise CliError(f"--plot: {path!r} must end in {' or '.join(FORMATS)}")
+
+
+def load_matplotlib() -> None:
+    """Import matplotlib.pyplot drawing to files only, or CliError when the extra is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only, never a display
+        import matplotlib.pyplot
+    except ImportError:
+        raise CliError("--plot needs matplotlib: pip install 'kvtier[plot]'", exit_code=1) from None
+
+
+def write_plot(draw: Callable[[Result], Figure], result: Result, path: str) -> None:
+    """Draw `result` with `draw` into `path` (.png or .svg, the format its suffix names)."""
+    check_path(path)
     fig = draw(result)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # draw loaded it
 
     try:
         with open(path, "wb") as out:

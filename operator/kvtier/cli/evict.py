@@ -9,13 +9,14 @@ touch), 3 a file-system failure during a --once pass; always one line on stderr.
 from __future__ import annotations
 
 import argparse
-import math
 import signal
 import sys
 import threading
 from typing import TYPE_CHECKING
 
-from kvtier.cli import SUBCOMMAND_MODULES, CliError
+from kvtier.cli.args import fraction, port, positive_seconds, seconds
+from kvtier.cli.base import CliError
+from kvtier.cli.commands import summary
 from kvtier.evict import (
     DEFAULT_INTERVAL_SECONDS,
     EvictError,
@@ -33,14 +34,14 @@ from kvtier.sizing.errors import SizingError
 from kvtier.sizing.units import parse_size
 
 if TYPE_CHECKING:
-    from kvtier.cli import Subparsers
+    from kvtier.cli.base import Subparsers
     from kvtier.evict.metrics import EvictMetrics
 
 
 def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "evict",
-        help=SUBCOMMAND_MODULES[__name__]["evict"],
+        help=summary("evict"),
         description="Delete the least recently used vLLM block files in DIR once the volume "
         "or --capacity is HIGH full, down to LOW; never a file used in the last "
         "--protect-seconds, never anything outside DIR, one evictor per DIR. Exit codes: 0 ok "
@@ -54,12 +55,12 @@ def register(subparsers: Subparsers) -> None:
         "own size, whichever is fuller",
     )
     p.add_argument(
-        "--high", type=_fraction, default=DEFAULT_HIGH, help=f"(default {DEFAULT_HIGH:g})"
+        "--high", type=fraction, default=DEFAULT_HIGH, help=f"(default {DEFAULT_HIGH:g})"
     )
-    p.add_argument("--low", type=_fraction, default=DEFAULT_LOW, help=f"(default {DEFAULT_LOW:g})")
+    p.add_argument("--low", type=fraction, default=DEFAULT_LOW, help=f"(default {DEFAULT_LOW:g})")
     p.add_argument(
         "--protect-seconds",
-        type=_seconds,
+        type=seconds,
         default=DEFAULT_PROTECT_SECONDS,
         metavar="N",
         help=f"never delete a file read or written in the last N s "
@@ -69,7 +70,7 @@ def register(subparsers: Subparsers) -> None:
     when.add_argument("--once", action="store_true", help="one pass, then exit")
     when.add_argument(
         "--interval",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=DEFAULT_INTERVAL_SECONDS,
         metavar="SECONDS",
         help=f"between passes (default {DEFAULT_INTERVAL_SECONDS:g})",
@@ -82,7 +83,7 @@ def register(subparsers: Subparsers) -> None:
         help="refuse a --dir outside DIR (repeatable)",
     )
     p.add_argument("--dry-run", action="store_true", help="choose, but delete nothing")
-    p.add_argument("--metrics-port", type=_port, metavar="PORT", help="serve Prometheus metrics")
+    p.add_argument("--metrics-port", type=port, metavar="PORT", help="serve Prometheus metrics")
     p.add_argument("--metrics-address", default="0.0.0.0", metavar="ADDR", help="(default all)")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
     p.set_defaults(handler=run_evict_command)
@@ -165,45 +166,3 @@ def _why(path: str, exc: Exception) -> str:
     if isinstance(exc, OSError):
         return f"{exc.filename or path}: {exc.strerror or exc}"
     return str(exc)
-
-
-def _fraction(text: str) -> float:
-    """0.85 or 85%."""
-    percent = text.endswith("%")
-    try:
-        value = float(text[:-1] if percent else text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a fraction such as 0.85 or 85%"
-        ) from None
-    value = value / 100 if percent else value
-    if not (math.isfinite(value) and 0 < value <= 1):
-        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1] such as 0.85, got {text}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be zero or more seconds, got {text}")
-    return value
-
-
-def _positive_seconds(text: str) -> float:
-    value = _seconds(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than zero seconds, got {text}")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 < value < 65536:
-        raise argparse.ArgumentTypeError(f"must be 1 to 65535, got {value}")
-    return value

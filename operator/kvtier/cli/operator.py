@@ -9,17 +9,18 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvtier.cli import SUBCOMMAND_MODULES
+from kvtier.cli.base import CliError
+from kvtier.cli.commands import summary
 
 if TYPE_CHECKING:
     from kvtier import metrics as metrics_types
-    from kvtier.cli import Subparsers
+    from kvtier.cli.base import Subparsers
 
 
 def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "operator",
-        help=SUBCOMMAND_MODULES[__name__]["operator"],
+        help=summary("operator"),
         description="Watch KVCacheTiers cluster-wide, size them, report status and metrics.",
     )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then KUBECONFIG)")
@@ -96,7 +97,6 @@ def _metrics_tls(args: argparse.Namespace) -> metrics_types.TLSFiles | None:
     when neither is given or a file is missing or not PEM."""
     import ssl
 
-    from kvtier.cli import CliError
     from kvtier.metrics import TLSFiles
     from kvtier.textfile import TextFileError, read_text_file
 
@@ -130,7 +130,6 @@ def _check_kubeconfig(path: str) -> None:
     """--kubeconfig names a readable YAML mapping with clusters, or CliError says why not."""
     import yaml
 
-    from kvtier.cli import CliError
     from kvtier.textfile import TextFileError, read_text_file
 
     try:

@@ -7,7 +7,9 @@ import contextlib
 import json
 import sys
 
-from kvtier.cli import SUBCOMMAND_MODULES, CliError
+from kvtier.cli.args import sizing_error
+from kvtier.cli.base import CliError
+from kvtier.cli.commands import summary
 from kvtier.sizing import (
     DISK_TYPES,
     KV_DTYPES,
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
-    from kvtier.cli import Subparsers
+    from kvtier.cli.base import Subparsers
 
 # rich, yaml and the probe reader load only when a command needs them (fast start-up).
 
@@ -84,7 +86,7 @@ _FLAGS = {
 
 def register(subparsers: Subparsers) -> None:
     _add_plan(subparsers)
-    models = subparsers.add_parser("models", help=SUBCOMMAND_MODULES[__name__]["models"])
+    models = subparsers.add_parser("models", help=summary("models"))
     models.add_argument("-o", "--output", choices=OUTPUTS, default="table")
     models.set_defaults(handler=run_models)
 
@@ -96,7 +98,7 @@ def _default(name: str) -> Any:
 def _add_plan(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "plan",
-        help=SUBCOMMAND_MODULES[__name__]["plan"],
+        help=summary("plan"),
         description="Size CPU and disk KV-cache tiers for a vLLM server. Sizes take Kubernetes "
         "quantities (64Gi, 64G) or plain bytes; token counts take plain numbers or 128Ki.",
     )
@@ -213,12 +215,12 @@ def run_plan(args: argparse.Namespace) -> int:
         inp = sizing_input(args)
         result = plan(inp)
     except SizingError as exc:
-        raise CliError(f"{_FLAGS.get(exc.field, exc.field)}: {exc.message}") from None
+        raise sizing_error(exc, _FLAGS) from None
     result = replace(result, warnings=(*input_warnings(inp), *result.warnings))
     if args.plot:
-        from kvtier.cli_plot import write_plot  # matplotlib is an optional extra
+        from kvtier.cli.plot import draw_plan, write_plot  # matplotlib is an optional extra
 
-        write_plot(result, args.plot)
+        write_plot(draw_plan, result, args.plot)
     _emit(result.as_dict(), args.output, render_plan, result)
     return 0
 

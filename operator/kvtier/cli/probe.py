@@ -12,7 +12,9 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-from kvtier.cli import SUBCOMMAND_MODULES, CliError
+from kvtier.cli.args import positive_int
+from kvtier.cli.base import CliError
+from kvtier.cli.commands import summary
 from kvtier.probe import DirectionStats, FioResult, ProbeError, ProbeOptions, run_probe
 from kvtier.probe.errors import BAD_INPUT, ENVIRONMENT_FAILURE
 from kvtier.probe.fio_runner import DEFAULT_NUMJOBS, DEFAULT_RUNTIME_SECONDS, MAX_FILE_BYTES
@@ -27,7 +29,7 @@ from kvtier.sizing import (
 )
 
 if TYPE_CHECKING:
-    from kvtier.cli import Subparsers
+    from kvtier.cli.base import Subparsers
 
 # The kubelet creates this file in every container; only then is it written by default.
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
@@ -36,7 +38,7 @@ DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "probe",
-        help=SUBCOMMAND_MODULES[__name__]["probe"],
+        help=summary("probe"),
         description="Run fio's random 75/25 read/write at the KV block size (iodepth 1, "
         "O_DIRECT) in DIR and print p50/p99 completion latency, bandwidth and IOPS as one "
         "JSON line. Exit codes: 0 ok, 2 bad input, 3 fio or environment failure.",
@@ -46,17 +48,19 @@ def register(subparsers: Subparsers) -> None:
     source = block.add_mutually_exclusive_group(required=True)
     source.add_argument("--block-bytes", metavar="SIZE", help="server-wide KV block, e.g. 5Mi")
     source.add_argument("--model", help="catalog name or Hugging Face id (see `kvtier models`)")
-    block.add_argument("--tp", type=_positive, default=1, help="tensor parallel size (default 1)")
+    block.add_argument(
+        "--tp", type=positive_int, default=1, help="tensor parallel size (default 1)"
+    )
     block.add_argument("--kv-dtype", default="auto", help=f"{'|'.join(KV_DTYPES)} (default auto)")
-    block.add_argument("--block-tokens", type=_positive, default=16, help="(default 16)")
+    block.add_argument("--block-tokens", type=positive_int, default=16, help="(default 16)")
     p.add_argument(
         "--runtime",
-        type=_positive,
+        type=positive_int,
         default=DEFAULT_RUNTIME_SECONDS,
         metavar="SECONDS",
         help=f"timed run, after fio lays out its files (default {DEFAULT_RUNTIME_SECONDS})",
     )
-    p.add_argument("--numjobs", type=_positive, default=DEFAULT_NUMJOBS, help="(default 16)")
+    p.add_argument("--numjobs", type=positive_int, default=DEFAULT_NUMJOBS, help="(default 16)")
     p.add_argument(
         "--size",
         metavar="SIZE",
@@ -161,13 +165,3 @@ def _check_writable(path: str) -> None:
         raise CliError(
             f"probe: --termination-log: cannot write {path}: {exc.strerror or exc}", BAD_INPUT
         ) from None
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be greater than zero, got {value}")
-    return value
