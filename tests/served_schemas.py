@@ -1,6 +1,6 @@
 """The schema the API server serves for a kind (its OpenAPI v3 component), from the real CRDs
 hack/localcluster/upstream-crds fetches (KServe's full or minimal variant), for unit tests of
-code that reads `Facts.target_schema`.
+code that reads `Facts.target_schemas`.
 
 The API server publishes each CRD version's openAPIV3Schema as one component of the group
 version's document, tagged with x-kubernetes-group-version-kind; the merge extensions
@@ -59,8 +59,16 @@ def served_schema(api_version: str, kind: str, variant: str = "full") -> dict[st
     return _served(api_version, kind, variant)
 
 
-def schema_for(target: dict[str, Any] | None, variant: str = "full") -> dict[str, Any] | None:
-    """The served schema of a target object's own kind and version (None for None)."""
+def schemas_for(target: dict[str, Any] | None, variant: str = "full") -> dict[str, Any]:
+    """The served schemas of every version of a target object's kind, by apiVersion, as
+    Facts.target_schemas holds them ({} for None)."""
     if target is None:
-        return None
-    return served_schema(str(target["apiVersion"]), str(target["kind"]), variant)
+        return {}
+    kind = str(target["kind"])
+    out: dict[str, Any] = {}
+    for crd in _crds(upstream_crds(variant) / _FILES[kind]):
+        group = crd["spec"]["group"]
+        for version in crd["spec"]["versions"]:
+            api_version = f"{group}/{version['name']}"
+            out[api_version] = served_schema(api_version, kind, variant)
+    return out

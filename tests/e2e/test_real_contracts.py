@@ -408,11 +408,11 @@ def _made_by(api: client.ApiClient, ns: str, user: dict[str, Any], how: str) -> 
             query={"fieldManager": "kubectl"},
         )
     else:
-        kube.request("POST", _path(user["apiVersion"], user["kind"], ns), json.dumps(body))
+        kube.request("POST", _path(user["apiVersion"], user["kind"], ns), body)
     if how == "replace":
         current = kube.request("GET", _objects(api, ns, name))
         current["spec"] = copy.deepcopy(user["spec"])
-        kube.request("PUT", _objects(api, ns, name), json.dumps(current))
+        kube.request("PUT", _objects(api, ns, name), current)
     if how == "restore":
         dump = kube.request("GET", _objects(api, ns, name))
         kube.request("DELETE", _objects(api, ns, name))
@@ -420,11 +420,11 @@ def _made_by(api: client.ApiClient, ns: str, user: dict[str, Any], how: str) -> 
         meta = dump["metadata"]
         for key in ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields"):
             meta.pop(key, None)
-        kube.request("POST", _path(user["apiVersion"], user["kind"], ns), json.dumps(dump))
+        kube.request("POST", _path(user["apiVersion"], user["kind"], ns), dump)
     kube.request(
         "PATCH",
         _objects(api, ns, name),
-        json.dumps({"metadata": {"managedFields": [{}]}}),
+        {"metadata": {"managedFields": [{}]}},
         content_type="application/merge-patch+json",
     )
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from kvtier.policy.decide import Facts
 from kvtier.sizing.releases import DEFAULT_VLLM_VERSION, RELEASES
-from tests.served_schemas import schema_for
+from tests.served_schemas import schemas_for
 from tests.unit.test_decide import node, tier
 from tests.unit.test_render_roles import multi_node_dp, multi_node_pp, prefill_decode
 from tests.unit.test_render_targets import _isvc, _managed
@@ -110,7 +110,7 @@ def facts(case: Case) -> Facts:
         storage_classes=copy.deepcopy(STORAGE_CLASSES),
         capacities=copy.deepcopy(CAPACITIES),
         rivals=case.rivals,
-        target_schema=None if case.crds is None else schema_for(target, case.crds),
+        target_schemas={} if case.crds is None else schemas_for(target, case.crds),
     )
 
 

@@ -16,7 +16,7 @@ from kvtier.policy.targets import placement, target_facts
 from kvtier.render import DesiredWrite
 from kvtier.render.event import event_body
 from kvtier.sizing import SizingInput, lookup_model, plan
-from tests.served_schemas import schema_for
+from tests.served_schemas import schemas_for
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 NEMOTRON = "nvidia/Llama-3_1-Nemotron-Ultra-253B-v1"
@@ -89,7 +89,7 @@ def facts(t: dict[str, Any], **kw: Any) -> Facts:
         "now": NOW,
     }
     base.update(kw)
-    base.setdefault("target_schema", schema_for(base["target"]))
+    base.setdefault("target_schemas", schemas_for(base["target"]))
     return Facts(**base)
 
 

@@ -377,9 +377,9 @@ def _decide(target: dict[str, Any], mode: str = "Apply") -> Any:
         for i in range(4)
     ]
     now = datetime(2026, 12, 1, tzinfo=UTC)
-    from tests.served_schemas import schema_for
+    from tests.served_schemas import schemas_for
 
-    return decide(Facts(tier, None, target, None, nodes, now, target_schema=schema_for(target)))
+    return decide(Facts(tier, None, target, None, nodes, now, target_schemas=schemas_for(target)))
 
 
 def test_decide_reports_every_role_and_the_scheduler() -> None:

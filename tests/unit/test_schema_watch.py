@@ -128,3 +128,22 @@ def test_schema_of_is_none_when_it_cannot_be_read() -> None:
     )
     assert watch.schema_of("serving.kserve.io/v1beta1", "InferenceService") is None
     assert SchemaWatch(lambda: {}, lambda _: None).schema_of("v1", "Pod") is None
+
+
+def test_schemas_of_reads_every_version_of_the_group() -> None:
+    hashes = {"serving.kserve.io/v1beta1": "A", "serving.kserve.io/v1alpha1": "B", "apps/v1": "C"}
+    documents = {"A": _document("granular"), "B": {"components": {"schemas": {}}}}
+    watch = SchemaWatch(
+        lambda: _index(hashes),
+        lambda _: None,
+        read_document=lambda url: documents[url.rsplit("=", 1)[1]],
+    )
+    found = watch.schemas_of("serving.kserve.io/v1beta1", "InferenceService")
+    assert list(found) == ["serving.kserve.io/v1beta1"]  # v1alpha1 has no such kind
+
+    def fail() -> dict[str, Any]:
+        raise client.ApiException(status=503)
+
+    assert (
+        SchemaWatch(fail, lambda _: None, read_document=lambda _: {}).schemas_of("a/v1", "X") == {}
+    )

@@ -14,7 +14,7 @@ from kvtier.policy.atomic import atomic_verdict
 from kvtier.policy.decide import Facts, decide
 from kvtier.render import DesiredWrite
 from kvtier.render.served_schema import kind_schema, replaced_parts
-from tests.served_schemas import schema_for, served_schema
+from tests.served_schemas import schemas_for, served_schema
 
 ISVC = ("serving.kserve.io/v1beta1", "InferenceService")
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -86,7 +86,7 @@ def test_atomic_spec_is_seen_whatever_the_managed_fields(managed_fields: Any) ->
     """The data-loss case: an object restored from a dump, with managedFields stripped."""
     target = isvc(managed_fields)
     write = DesiredWrite("Apply", *ISVC, "llama", "llm", apply_body(), "kvtier's fields")
-    verdict = atomic_verdict(served_schema(*ISVC, variant="minimal"), [write], target)
+    verdict = atomic_verdict({ISVC[0]: served_schema(*ISVC, variant="minimal")}, [write], target)
     assert verdict is not None
     assert (verdict.type, verdict.status, verdict.reason) == ("Applied", "False", "AtomicSpec")
     assert "spec" in verdict.message and "full CRDs" in verdict.message
@@ -182,7 +182,7 @@ def _conditions(facts: Facts) -> dict[str, dict[str, Any]]:
 def test_decide_writes_nothing_to_an_atomic_spec(managed_fields: Any) -> None:
     target = isvc(managed_fields)
     facts = Facts(
-        _tier(), None, target, None, NODES, NOW, target_schema=schema_for(target, "minimal")
+        _tier(), None, target, None, NODES, NOW, target_schemas=schemas_for(target, "minimal")
     )
     decision = decide(facts)
     assert decision.writes == []
@@ -194,10 +194,54 @@ def test_decide_writes_nothing_to_an_atomic_spec(managed_fields: Any) -> None:
 
 def test_decide_writes_to_the_full_crd_and_not_without_a_schema() -> None:
     target = isvc([{}])
-    full = decide(Facts(_tier(), None, target, None, NODES, NOW, target_schema=schema_for(target)))
+    full = decide(
+        Facts(_tier(), None, target, None, NODES, NOW, target_schemas=schemas_for(target))
+    )
     assert any(w.kind == "InferenceService" for w in full.writes)
-    unknown = Facts(_tier(), None, target, None, NODES, NOW, target_schema=None)
+    unknown = Facts(_tier(), None, target, None, NODES, NOW, target_schemas={})
     conditions = _conditions(unknown)
     assert conditions["Applied"]["reason"] == "SchemaUnknown"
     assert conditions["Ready"]["status"] == "False"
     assert decide(unknown).writes == []
+
+
+def test_each_apply_is_judged_by_the_schema_of_the_version_it_is_sent_as() -> None:
+    """KServe's minimal LLMInferenceService CRD keeps v1alpha2 structural and makes v1alpha1's
+    spec atomic. An object read as v1alpha2 that another manager writes as v1alpha1 gets the
+    v1alpha1 form: that apply would replace the whole spec, so nothing is written."""
+    target = {
+        "apiVersion": "serving.kserve.io/v1alpha2",
+        "kind": "LLMInferenceService",
+        "metadata": {
+            "name": "nemotron",
+            "namespace": "llm",
+            "managedFields": [
+                {
+                    "manager": "argocd-controller",
+                    "operation": "Apply",
+                    "apiVersion": "serving.kserve.io/v1alpha1",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:spec": {}},
+                }
+            ],
+        },
+        "spec": {
+            "model": {"uri": "hf://meta-llama/Llama-3.1-70B-Instruct"},
+            "parallelism": {"tensor": 8},
+            "template": {"containers": [{"name": "main", "image": "vllm/vllm-openai:v0.24.0"}]},
+        },
+    }
+    tier = _tier()
+    tier["spec"]["targetRef"] = {"kind": "LLMInferenceService", "name": "nemotron"}
+    schemas = schemas_for(target, "minimal")
+    decision = decide(Facts(tier, None, target, None, NODES, NOW, target_schemas=schemas))
+    assert decision.writes == []
+    applied = {c["type"]: c for c in decision.status["conditions"]}["Applied"]
+    assert applied["reason"] == "AtomicSpec"
+    assert "serving.kserve.io/v1alpha1" in applied["message"]
+    # With only the version it was read as, the v1alpha1 apply has no schema: still nothing.
+    only_read = {"serving.kserve.io/v1alpha2": schemas["serving.kserve.io/v1alpha2"]}
+    unknown = decide(Facts(tier, None, target, None, NODES, NOW, target_schemas=only_read))
+    assert unknown.writes == []
+    reasons = {c["type"]: c["reason"] for c in unknown.status["conditions"]}
+    assert reasons["Applied"] == "SchemaUnknown"

@@ -192,17 +192,17 @@ class Controller:
         document: Mapping[str, Any] = self.kube.request("GET", path, query=params) or {}
         return document
 
-    async def _target_schema(
+    async def _target_schemas(
         self, target: Mapping[str, Any] | None, fresh: bool = False
-    ) -> Mapping[str, Any] | None:
-        """The served schema of the target's kind at its version (None without a target).
+    ) -> dict[str, dict[str, Any]]:
+        """The served schemas of the target's kind, by apiVersion ({} without a target).
         `fresh`: read the index first, so a CRD replaced since the last tick is seen."""
         if target is None:
-            return None
+            return {}
         if fresh:
             self.schemas.index = None
         return await asyncio.to_thread(
-            self.schemas.schema_of, str(target.get("apiVersion")), str(target.get("kind"))
+            self.schemas.schemas_of, str(target.get("apiVersion")), str(target.get("kind"))
         )
 
     def schemas_changed(self, groups: set[str]) -> None:
@@ -304,7 +304,7 @@ class Controller:
             scheduler_forbidden=self._forbidden(schedulers),
             llmisvc_configs=self._llmisvc_configs(target),
             kserve_namespace=self.cache.kserve_namespace,
-            target_schema=await self._target_schema(target),
+            target_schemas=await self._target_schemas(target),
         )
         decision = decide(facts)
         if target is not None and any(
@@ -312,9 +312,9 @@ class Controller:
         ):
             # About to apply to the target: its schema as served right now, not as of the
             # last tick (a CRD replaced meanwhile may make the apply replace the user's spec).
-            schema = await self._target_schema(target, fresh=True)
-            if schema != facts.target_schema:
-                facts = replace(facts, target_schema=schema)
+            schemas = await self._target_schemas(target, fresh=True)
+            if schemas != facts.target_schemas:
+                facts = replace(facts, target_schemas=schemas)
                 decision = decide(facts)
         finalizers = (tier.get("metadata") or {}).get("finalizers") or []
         written: list[DesiredWrite] = []

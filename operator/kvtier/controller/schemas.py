@@ -109,6 +109,23 @@ class SchemaWatch:
             log.warning("reading the schema of %s %s failed: %s", api_version, kind, exc)
             return None
 
+    def schemas_of(self, api_version: str, kind: str) -> dict[str, dict[str, Any]]:
+        """The served schemas of `kind` in every version its group serves, by apiVersion
+        (an object is read in one version and may be written in another); a version whose
+        document could not be read, or that has no such kind, is left out."""
+        group = api_version.rpartition("/")[0]
+        if self.index is None:
+            try:
+                self.index = self.read_index()
+            except Exception as exc:  # discovery is advisory: never a crash
+                log.warning("reading /openapi/v3 failed: %s", exc)
+                return {}
+        paths = self.index.get("paths")
+        prefix = f"apis/{group}/"
+        versions = [p[len("apis/") :] for p in (paths or {}) if str(p).startswith(prefix)]
+        found = {v: self.schema_of(v, kind) for v in sorted(versions)}
+        return {v: s for v, s in found.items() if s is not None}
+
     def check(self) -> set[str]:
         """One read; the groups whose schema changed since the last one."""
         self.index = self.read_index()

@@ -16,30 +16,38 @@ KSERVE_GROUP = "serving.kserve.io"
 
 
 def atomic_verdict(
-    schema: Mapping[str, Any] | None,
+    schemas: Mapping[str, Mapping[str, Any] | None],
     writes: Sequence[DesiredWrite],
     target: Mapping[str, Any],
 ) -> Verdict | None:
     """Applied=False when an apply among `writes` to the target would replace an atomic part
-    it holds (AtomicSpec), or when the target's schema could not be read (SchemaUnknown:
-    whether an apply merges cannot be known); None when every apply only merges."""
+    it holds (AtomicSpec), each apply judged by the served schema of the version it is sent
+    as (`schemas`, by apiVersion: an object read as v1alpha2 may be written as v1alpha1), or
+    when that schema could not be read (SchemaUnknown: whether the apply merges cannot be
+    known); None when every apply only merges."""
     kind = str(target.get("kind"))
     applies = [w for w in writes if w.action == "Apply" and w.kind == kind]
     if not applies:
         return None
-    version = str(target.get("apiVersion"))
-    if schema is None:
+    unknown = sorted({w.api_version for w in applies if schemas.get(w.api_version) is None})
+    if unknown:
         return Verdict(
             ConditionType.APPLIED.value,
             FALSE,
             "SchemaUnknown",
-            f"the API server's schema of {kind} {version} could not be read (GET /openapi/v3): "
-            "without it kvtier cannot tell which parts an apply would replace, so it writes "
-            "nothing; it tries again at the next change or re-check",
+            f"the API server's schema of {kind} {', '.join(unknown)} could not be read (GET "
+            "/openapi/v3): without it kvtier cannot tell which parts an apply would replace, "
+            "so it writes nothing; it tries again at the next change or re-check",
         )
-    parts = sorted({p for w in applies for p in replaced_parts(schema, w.body, target)})
-    if not parts:
+    found = {
+        (w.api_version, p)
+        for w in applies
+        for p in replaced_parts(schemas[w.api_version] or {}, w.body, target)
+    }
+    if not found:
         return None
+    version = sorted({v for v, _ in found})[0]
+    parts = sorted(p for _, p in found)
     fix = (
         "install KServe's full CRDs (config/crd/full), which declare these parts granular"
         if version.startswith(f"{KSERVE_GROUP}/")

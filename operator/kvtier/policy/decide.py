@@ -140,10 +140,10 @@ class Facts:
     # (namespace, name), as read (render/picker_version.py); None when none were read.
     llmisvc_configs: Mapping[tuple[str, str], Mapping[str, Any]] | None = None
     kserve_namespace: str = KSERVE_NAMESPACE
-    # The schema the API server serves for the target's kind at its version (its OpenAPI v3
-    # component, render/served_schema.py); None when it could not be read, and then nothing
-    # is applied to the target.
-    target_schema: Mapping[str, Any] | None = None
+    # The schemas the API server serves for the target's kind, by apiVersion (its OpenAPI v3
+    # components, render/served_schema.py): each write is checked against the schema of the
+    # version it is sent as. A version without one (not read) gets no apply.
+    target_schemas: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
 
 
 READY_APPLIED = "Applied"  # Ready's reason in Apply mode, and the reason of a writes Event
@@ -817,7 +817,7 @@ def _render(
             Verdict(ConditionType.CONFLICT.value, TRUE, "KVTransferConfigInUse", result.conflict),
             Verdict(ConditionType.APPLIED.value, FALSE, "Conflict", result.conflict),
         ]
-    atomic = atomic_verdict(facts.target_schema, result.writes, facts.target)
+    atomic = atomic_verdict(facts.target_schemas, result.writes, facts.target)
     if atomic is not None:
         decision.status["plan"] = {"summary": f"{summary}\nCannot apply: {atomic.message}"}
         return [atomic]
