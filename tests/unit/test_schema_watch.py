@@ -61,24 +61,24 @@ def test_a_schema_change_releases_held_writes_of_its_group_only() -> None:
     controller = Controller(Kube(client.ApiClient()))
     kserve = ("InferenceService", "ns", "srv", "Patch")
     rook = ("CephFilesystem", "rook", "kv", "Apply")
-    controller.unkept = {
+    controller.writer.unkept = {
         kserve: Unkept("f1", 3, ("spec.x",), "serving.kserve.io/v1beta1"),
         rook: Unkept("f2", 1, ("spec.y",), "ceph.rook.io/v1"),
     }
     controller.schemas_changed({"serving.kserve.io"})
-    assert list(controller.unkept) == [rook]
+    assert list(controller.writer.unkept) == [rook]
 
 
 def test_a_gone_tier_leaves_no_memo_of_its_objects() -> None:
     controller = Controller(Kube(client.ApiClient()))
     key = ("InferenceService", "ns", "srv", "Patch")
-    controller.unkept = {key: Unkept("f1", 3, ("spec.x",), "serving.kserve.io/v1beta1")}
-    controller._forget_unkept({"kind": "InferenceService", "metadata": {"name": "other"}})
-    assert key in controller.unkept
-    controller._forget_unkept(
+    controller.writer.unkept = {key: Unkept("f1", 3, ("spec.x",), "serving.kserve.io/v1beta1")}
+    controller.writer.forget_unkept({"kind": "InferenceService", "metadata": {"name": "other"}})
+    assert key in controller.writer.unkept
+    controller.writer.forget_unkept(
         {"kind": "InferenceService", "metadata": {"namespace": "ns", "name": "srv"}}
     )
-    assert controller.unkept == {}
+    assert controller.writer.unkept == {}
 
 
 def _document(map_type: str) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from typing import Any
 
 from kvtier.api.tier import API_VERSION
 from kvtier.controller.cache import TierKey, is_news
-from kvtier.controller.controller import POLICY_KEY, Controller
+from kvtier.controller.controller import Controller
+from kvtier.controller.policy_reconciler import POLICY_KEY
 from kvtier.kube.informer import Deliver, Watched
 from kvtier.policy.replica1 import filesystem_key, is_replica1
 from kvtier.render.probe_job import PROBE_TIER
