@@ -30,7 +30,7 @@ from kubernetes import client
 from kvtier.kube.rest import Kube
 from kvtier.render.naming import DSHM_VOLUME
 from kvtier.render.quantities import quantity_to_bytes
-from kvtier.render.targets import KV_FLAG
+from kvtier.targets.pod import KV_FLAG
 from tests.e2e import audit
 from tests.e2e.conftest import KServeStack, create_target, llm_inference_service
 from tests.e2e.kube_helpers import (

@@ -33,14 +33,10 @@ import yaml
 from kvtier.render.evictor import CONTAINER as EVICTOR
 from kvtier.render.evictor import EvictorSettings
 from kvtier.render.naming import DSHM_VOLUME, KV_CACHE_VOLUME
-from kvtier.render.targets import (
-    KV_FLAG,
-    Offload,
-    PerPodClaim,
-    SharedClaim,
-    target_patch,
-)
 from kvtier.sizing import kv_transfer_config
+from kvtier.targets.offload import Offload, PerPodClaim, SharedClaim
+from kvtier.targets.pod import KV_FLAG
+from kvtier.targets.registry import target_patch
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "hack" / "oracles" / "kserve" / "build"

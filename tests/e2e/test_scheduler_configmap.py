@@ -24,7 +24,6 @@ from kubernetes import client
 from kvtier.kube.rest import Kube
 from kvtier.render.naming import tier_id
 from kvtier.render.picker_version import picker_layout
-from kvtier.render.roles import RoleOffload
 from kvtier.render.scheduler import SchedulerSync
 from kvtier.render.scheduler_configmap import (
     GRANT_VALUE,
@@ -32,6 +31,7 @@ from kvtier.render.scheduler_configmap import (
     configmap_sync,
     configmap_writes,
 )
+from kvtier.targets.offload import RoleOffload
 from localcluster import LocalCluster
 from tests.e2e import audit
 from tests.e2e.conftest import llm_inference_service

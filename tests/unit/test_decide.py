@@ -12,10 +12,11 @@ from kvtier.controller.controller import status_patch
 from kvtier.controller.workqueue import WorkQueue
 from kvtier.policy.conditions import Verdict, merge_conditions
 from kvtier.policy.decide import Event, Facts, announce, decide, short_quantity
-from kvtier.policy.targets import placement, target_facts
+from kvtier.policy.placement import placement
 from kvtier.render import DesiredWrite
 from kvtier.render.event import event_body
 from kvtier.sizing import SizingInput, lookup_model, plan
+from kvtier.targets.registry import target_facts
 from tests.served_schemas import schemas_for
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

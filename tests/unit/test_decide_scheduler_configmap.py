@@ -9,9 +9,9 @@ from typing import Any
 
 import jsonpatch
 
+from kvtier.names import APPLIED_ANNOTATION
 from kvtier.policy.decide import decide
 from kvtier.render.scheduler_configmap import GRANT_VALUE
-from kvtier.render.targets import APPLIED_ANNOTATION
 from tests.scheduler_fixtures import EPP
 from tests.unit.test_decide import conds, facts, llmisvc, tier
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvtier.names import FINALIZER
-from kvtier.render.targets import APPLIED_ANNOTATION
+from kvtier.names import APPLIED_ANNOTATION, FINALIZER
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = ("api.md", "sizing.md", "troubleshooting.md", "upgrade.md", "nvme.md")

@@ -17,23 +17,18 @@ from kvtier.api.policy import KVCachePolicy, KVCachePolicySpec
 from kvtier.api.tier import KVCacheTier, ValueSource
 from kvtier.evict.policy import DEFAULT_HIGH, DEFAULT_LOW, DEFAULT_PROTECT_SECONDS
 from kvtier.evict.run import DEFAULT_INTERVAL_SECONDS
+from kvtier.names import APPLIED_ANNOTATION
 from kvtier.policy.provisioning import removal_writes
-from kvtier.render import DesiredWrite, RenderResult, TierRef, render_writes
+from kvtier.render import DesiredWrite, RenderResult, TierRef
 from kvtier.render.evictor import CONTAINER
 from kvtier.render.evictor_writes import evictor_settings
 from kvtier.render.naming import KV_CACHE_VOLUME
 from kvtier.render.quantities import quantity_to_bytes
-from kvtier.render.targets import (
-    APPLIED_ANNOTATION,
-    Offload,
-    PerPodClaim,
-    SharedClaim,
-    target_patch,
-    unapply_writes,
-)
-from kvtier.render.writes import prune_writes
+from kvtier.render.writes import prune_writes, render_writes
 from kvtier.settings import effective_settings
 from kvtier.sizing import SizingInput, kv_transfer_config, lookup_model, plan
+from kvtier.targets.offload import Offload, PerPodClaim, SharedClaim
+from kvtier.targets.registry import target_patch, unapply_writes
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GiB = 1 << 30

@@ -1,5 +1,6 @@
 """The package's layers import only downward (README, Layout): render/ never reaches into
-policy/, and the pure core (api, sizing, settings, render, policy) never into I/O."""
+policy/, targets/ into neither, and the pure core (api, sizing, settings, targets, render,
+policy) never into I/O."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ FORBIDDEN = {
     "api": ("kvtier.policy", "kvtier.render", "kvtier.settings", *IO_LAYERS),
     "sizing": ("kvtier.api", "kvtier.policy", "kvtier.render", "kvtier.settings", *IO_LAYERS),
     "render": ("kvtier.policy", *IO_LAYERS),
+    # The target kinds sit below render/ and policy/: of render/ they import only the
+    # builders no target imports back (not render.writes, which asks the registry).
+    "targets": ("kvtier.policy", "kvtier.render.writes", "kvtier.settings", *IO_LAYERS),
     "policy": IO_LAYERS[:2],  # decide reads observations as values, never I/O itself
 }
 

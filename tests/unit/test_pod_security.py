@@ -17,8 +17,10 @@ from kvtier.render.labels import TierRef
 from kvtier.render.naming import DSHM_VOLUME, KV_CACHE_VOLUME
 from kvtier.render.probe_job import CephFSProbeVolume, NVMeProbeVolume, probe_job
 from kvtier.render.result import DesiredWrite
-from kvtier.render.targets import Conflict, Offload, PerPodClaim, SharedClaim, target_patch
 from kvtier.sizing import kv_transfer_config
+from kvtier.targets.base import Conflict
+from kvtier.targets.offload import Offload, PerPodClaim, SharedClaim
+from kvtier.targets.registry import target_patch
 from tests.pod_security import (
     apply_writes,
     pod_from_target,

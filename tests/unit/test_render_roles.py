@@ -14,18 +14,14 @@ from typing import Any
 import jsonpatch
 import pytest
 
+from kvtier.names import APPLIED_ANNOTATION
 from kvtier.policy.roles import RolePlan, role_input, role_plans
-from kvtier.policy.targets import RoleFacts, target_facts
-from kvtier.render.roles import RoleOffload
-from kvtier.render.targets import (
-    APPLIED_ANNOTATION,
-    LLMISVC_V1ALPHA1,
-    Conflict,
-    Offload,
-    target_patch,
-    unapply_writes,
-)
 from kvtier.sizing import SizingInput, plan, resolve_geometry
+from kvtier.targets.base import Conflict
+from kvtier.targets.facts import RoleFacts
+from kvtier.targets.llm_inference_service import V1ALPHA1
+from kvtier.targets.offload import Offload, RoleOffload
+from kvtier.targets.registry import target_facts, target_patch, unapply_writes
 
 GiB = 1 << 30
 QWEN = resolve_geometry(model="Qwen/Qwen3-32B")
@@ -293,7 +289,7 @@ def _gi(n: int) -> str:
 
 
 @pytest.mark.parametrize("load", [prefill_decode, multi_node_dp, multi_node_pp])
-@pytest.mark.parametrize("api_version", ["serving.kserve.io/v1alpha2", LLMISVC_V1ALPHA1[0]])
+@pytest.mark.parametrize("api_version", ["serving.kserve.io/v1alpha2", V1ALPHA1[0]])
 def test_every_vllm_template_is_patched_and_given_back(load: Any, api_version: str) -> None:
     original = load()
     original["apiVersion"] = api_version
@@ -303,7 +299,7 @@ def test_every_vllm_template_is_patched_and_given_back(load: Any, api_version: s
         for template in role.facts.templates:
             main = _container(after, *template.split("."))
             assert {"name": "kvtier-dshm", "mountPath": "/dev/shm"} in main["volumeMounts"]
-            if api_version == LLMISVC_V1ALPHA1[0]:
+            if api_version == V1ALPHA1[0]:
                 env = {e["name"]: e["value"] for e in main["env"]}
                 assert env["VLLM_ADDITIONAL_ARGS"].endswith(f"'{role.offload().arg}'")
     record = json.loads(after["metadata"]["annotations"][APPLIED_ANNOTATION])

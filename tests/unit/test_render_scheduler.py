@@ -11,8 +11,8 @@ from typing import Any
 import jsonpatch
 import pytest
 
+from kvtier.names import APPLIED_ANNOTATION
 from kvtier.render.picker_version import VERSION_UNKNOWN_REASON, picker_layout
-from kvtier.render.roles import RoleOffload
 from kvtier.render.scheduler import (
     CPU_SCORER,
     DROPPED_REASON,
@@ -22,13 +22,8 @@ from kvtier.render.scheduler import (
     config_ref,
     scheduler_sync,
 )
-from kvtier.render.targets import (
-    APPLIED_ANNOTATION,
-    Offload,
-    llmisvc_scheduler,
-    target_patch,
-    unapply_writes,
-)
+from kvtier.targets.offload import Offload, RoleOffload
+from kvtier.targets.registry import target_kind, target_patch, unapply_writes
 
 GiB = 1 << 30
 PER_TOKEN = 262_144  # Qwen3-32B, 16-bit KV, whole server
@@ -44,8 +39,8 @@ def sync_of(
 
 
 def scheduler_of(obj: dict[str, Any], offload: Offload) -> SchedulerSync | SchedulerProblem | None:
-    """llmisvc_scheduler, the picker's version resolved as in sync_of."""
-    return llmisvc_scheduler(obj, offload, picker_layout(obj, {}))
+    """The target kind's scheduler, the picker's version resolved as in sync_of."""
+    return target_kind(obj).scheduler(obj, offload, picker_layout(obj, {}))
 
 
 def _role(role: str, cpu: int, templates: tuple[str, ...] = ("template",)) -> RoleOffload:

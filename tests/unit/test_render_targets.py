@@ -13,19 +13,14 @@ import jsonpatch
 import pytest
 import yaml
 
+from kvtier.names import APPLIED_ANNOTATION
 from kvtier.render.naming import DSHM_VOLUME, KV_CACHE_VOLUME
 from kvtier.render.result import DesiredWrite, RenderError
-from kvtier.render.targets import (
-    APPLIED_ANNOTATION,
-    Conflict,
-    Offload,
-    PerPodClaim,
-    SharedClaim,
-    memory_for,
-    target_patch,
-    unapply_writes,
-)
 from kvtier.sizing import kv_transfer_config
+from kvtier.targets.base import Conflict
+from kvtier.targets.offload import Offload, PerPodClaim, SharedClaim
+from kvtier.targets.pod import memory_for
+from kvtier.targets.registry import target_patch, unapply_writes
 
 TARGETS = Path(__file__).resolve().parents[2] / "examples" / "targets"
 GiB = 1 << 30

@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 from kvtier.policy.scheduler import configmap_step, referenced_configmap, scheduler_verdict
 from kvtier.render.picker_version import picker_layout
-from kvtier.render.roles import RoleOffload
 from kvtier.render.scheduler import (
     CONFIG_REF_REASON,
     CPU_SCORER,
@@ -39,6 +38,7 @@ from kvtier.render.scheduler_configmap import (
     configmap_writes,
 )
 from kvtier.render.scheduler_text import edit_parameters
+from kvtier.targets.offload import RoleOffload
 from tests.scheduler_fixtures import CPU_PARAMETERS, plugin_parameters
 from tests.scheduler_fixtures import EPP as GUIDE
 from tests.unit.test_render_scheduler import CONFIG, PER_TOKEN, GiB, sync_of

@@ -1,6 +1,6 @@
 """docs/troubleshooting.md explains every condition and Event reason the operator can emit.
 
-The reasons are read from the source (policy/, render/, controller/, observe/) by their
+The reasons are read from the source (policy/, render/, targets/, controller/, observe/) by their
 positions: the reason argument of Verdict, TierVerdict, Event, RenderError and the sizing
 refusals, the first element of a policy problem, and values assigned to names holding a reason.
 """
@@ -12,7 +12,10 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SOURCES = [REPO / "operator" / "kvtier" / d for d in ("policy", "render", "controller", "observe")]
+SOURCES = [
+    REPO / "operator" / "kvtier" / d
+    for d in ("policy", "render", "targets", "controller", "observe")
+]
 DOC = REPO / "docs" / "troubleshooting.md"
 _CAMEL = re.compile(r"^[A-Z][A-Za-z0-9]+$")
 _REASON_FIRST = {"RenderError", "_sized_false"}  # (reason, message, ...)

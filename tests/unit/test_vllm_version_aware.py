@@ -11,9 +11,9 @@ from pydantic import ValidationError
 from kvtier.api.policy import KVCachePolicySpec
 from kvtier.api.tier import KVCacheTierSpec, ValueSource
 from kvtier.policy.decide import decide
-from kvtier.policy.server_flags import image_vllm_version, server_flags
-from kvtier.policy.targets import target_facts
 from kvtier.settings import effective_settings, with_target_vllm_version
+from kvtier.targets.registry import target_facts
+from kvtier.targets.server_flags import image_vllm_version, server_flags
 from tests.unit.test_decide import conds, facts, llmisvc, tier
 
 

@@ -24,6 +24,7 @@ from kvtier.policy.atomic import atomic_verdict
 from kvtier.policy.capacity import capacity_verdict
 from kvtier.policy.conditions import FALSE, TRUE, UNKNOWN, Verdict, flipped, merge_conditions
 from kvtier.policy.gate import ObservedEvidence, gate_tier, plan_share
+from kvtier.policy.placement import Placement, placement
 from kvtier.policy.probing import ProbeStep, plan_probe
 from kvtier.policy.provisioning import (
     Unkept,
@@ -43,16 +44,7 @@ from kvtier.policy.scheduler import (
     referenced_configmap,
     scheduler_verdict,
 )
-from kvtier.policy.server_flags import ServerFlags
-from kvtier.policy.targets import Placement, TargetFacts, placement, target_facts
-from kvtier.render import (
-    DesiredWrite,
-    RenderError,
-    RenderResult,
-    TierRef,
-    prune_writes,
-    render_writes,
-)
+from kvtier.render import DesiredWrite, RenderError, RenderResult, TierRef
 from kvtier.render.nvme import (
     eligible_nodes,
     nvme_capacity_bytes,
@@ -64,7 +56,7 @@ from kvtier.render.picker_version import KSERVE_NAMESPACE, picker_layout
 from kvtier.render.probe_job import CephFSProbeVolume, NVMeProbeVolume
 from kvtier.render.quantities import to_quantity
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
-from kvtier.render.targets import own_kv_cache_dtype
+from kvtier.render.writes import prune_writes, render_writes
 from kvtier.settings import (
     BUILTIN_DEFAULTS,
     EffectiveSettings,
@@ -82,6 +74,10 @@ from kvtier.sizing import (
     resolve_kv_dtype,
 )
 from kvtier.sizing.releases import vllm_release
+from kvtier.targets.facts import TargetFacts
+from kvtier.targets.pod import own_kv_cache_dtype
+from kvtier.targets.registry import target_facts
+from kvtier.targets.server_flags import ServerFlags
 
 DEFAULT_PROBE_IMAGE = "quay.io/kvtier/kvtier-operator:0.1.0"
 STORAGE_KINDS = ("PersistentVolume", "PersistentVolumeClaim")
@@ -355,6 +351,15 @@ def _sizing_input(
     )
 
 
+def _target_facts(obj: Mapping[str, Any]) -> TargetFacts | Verdict:
+    """The target's facts, or TargetFound=False for a kind no target module reads (the
+    KVCacheTier CRD admits none: only facts made by hand get here)."""
+    try:
+        return target_facts(obj)
+    except RenderError as exc:
+        return Verdict(exc.condition, FALSE, exc.reason, exc.message)
+
+
 def _users_flags(target: TargetFacts, obj: Mapping[str, Any]) -> TargetFacts:
     """The target's facts without the --kv-cache-dtype kvtier itself passes (its record says
     which): sizing follows the user's flags, and kvtier's own one is re-rendered each time."""
@@ -623,8 +628,10 @@ def decide(facts: Facts) -> Decision:
                 f"spec.targetRef: {ref.kind.value} {ns}/{ref.name} not found; sizing waits for it",
             )
         )
+    elif isinstance(found := _target_facts(facts.target), Verdict):
+        verdicts.append(found)
     else:
-        target = _users_flags(target_facts(facts.target), facts.target)
+        target = _users_flags(found, facts.target)
         decision.target = target
         verdicts.append(
             Verdict(

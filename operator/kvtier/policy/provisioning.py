@@ -15,13 +15,14 @@ from typing import Any
 from kvtier.api.common import quantity_bytes
 from kvtier.api.policy import KVCachePolicySpec
 from kvtier.api.tier import ConditionType, KVCacheTierSpec
+from kvtier.names import APPLIED_ANNOTATION
 from kvtier.policy.conditions import FALSE, TRUE, Verdict
-from kvtier.render import DesiredWrite, unapply_writes
+from kvtier.render import DesiredWrite
 from kvtier.render.cephfs import replica1_writes
 from kvtier.render.labels import RETENTION
 from kvtier.render.nvme import nvme_storage_class
-from kvtier.render.targets import APPLIED_ANNOTATION
 from kvtier.settings import effective_settings, nvme_pools
+from kvtier.targets.registry import unapply_writes
 
 # Cluster-scoped objects a tier's rendering names but only the policy may write: per-pool
 # StorageClasses and the replica-1 Ceph pool (a namespaced tier never triggers them).

@@ -1,6 +1,6 @@
 """Per-role sizing of an LLMInferenceService: decode and prefill, single- and multi-node.
 
-Each role (policy/targets.py RoleFacts) is sized on its own: its replicas and parallelism
+Each role (targets/facts.py RoleFacts) is sized on its own: its replicas and parallelism
 decide how many vLLM engines share the sessions, what one engine's CPU tier is
 (`cpu_bytes_to_use`, vLLM's total over the engine's TP × PP workers) and what one pod holds:
 
@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from kvtier.policy.targets import RoleFacts, placement
-from kvtier.render.roles import DECODE, RoleOffload
+from kvtier.policy.placement import placement
 from kvtier.render.scheduler import DEFAULT_BLOCK_TOKENS, blocks
 from kvtier.sizing import SizingInput, SizingPlan, plan, record
+from kvtier.targets.facts import RoleFacts
+from kvtier.targets.offload import DECODE, RoleOffload
 
 
 def role_input(inp: SizingInput, role: RoleFacts, tensor: int | None = None) -> SizingInput:

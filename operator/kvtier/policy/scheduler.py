@@ -13,7 +13,6 @@ from typing import Any
 from kvtier.api.tier import ConditionType
 from kvtier.policy.conditions import FALSE, TRUE, Verdict
 from kvtier.render import DesiredWrite
-from kvtier.render.roles import RoleOffload
 from kvtier.render.scheduler import (
     CONFIG_REF_REASON,
     PLUGINS_PATH,
@@ -28,6 +27,7 @@ from kvtier.render.scheduler_configmap import (
     configmap_restore_writes,
     value_to_set,
 )
+from kvtier.targets.offload import RoleOffload
 
 Scheduler = SchedulerSync | SchedulerProblem | None
 

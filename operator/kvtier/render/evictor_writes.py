@@ -3,7 +3,7 @@
 render/evictor.py builds the containers; this module picks their settings (the policy's
 watermarks, the tier's capacity, the model's block size) and turns the CephFS Deployment
 into a write. The NVMe sidecar travels in `Offload.evictor` into the target's own writes
-(render/targets.py), since it lives in the model server's pod.
+(targets/pod.py), since it lives in the model server's pod.
 """
 
 from __future__ import annotations

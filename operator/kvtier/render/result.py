@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
+if TYPE_CHECKING:  # render.scheduler imports the targets, which import this module
+    from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
 
 # Apply: server-side apply of `body`. Patch: the JSON patch `body["jsonPatch"]` (atomic lists
 # of foreign objects, guarded by test ops). Delete.

@@ -21,8 +21,8 @@ scorer names, whose same two parameters kvtier then sets, in its blocks of at le
 
 `inline` preserves unknown fields, so its `plugins` list is atomic: kvtier sets it to the
 list it read with only the CPU scorer's two parameters changed, by a JSON patch guarded by a
-test of the list read (render/targets.py); the user's values are kept in kvtier's record and
-given back with the tier.
+test of the list read (targets/llm_inference_service.py); the user's values are kept in
+kvtier's record and given back with the tier.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvtier.render.roles import DECODE, PREFILL, RoleOffload
+from kvtier.targets.offload import DECODE, PREFILL, RoleOffload
 
 CONFIG_PATH = ("spec", "router", "scheduler", "config")
 PLUGINS_PATH = (*CONFIG_PATH, "inline", "plugins")

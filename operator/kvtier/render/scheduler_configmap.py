@@ -24,7 +24,6 @@ from dataclasses import replace
 from typing import Any
 
 from kvtier.render.result import DesiredWrite
-from kvtier.render.roles import RoleOffload
 from kvtier.render.scheduler import (
     AUTO_TUNE,
     CAPACITY,
@@ -40,6 +39,7 @@ from kvtier.render.scheduler import (
     restore_plugins,
 )
 from kvtier.render.scheduler_text import edit_parameters, load_config
+from kvtier.targets.offload import RoleOffload
 
 RECORD_ANNOTATION = "kvcache.io/scheduler"
 SHARED_REASON = "SchedulerConfigShared"

@@ -33,20 +33,14 @@ from kvtier.render.nvme import (
 from kvtier.render.nvme_class import class_pool_note
 from kvtier.render.picker_version import picker_layout as layout_of
 from kvtier.render.result import DesiredWrite, RenderError, RenderResult
-from kvtier.render.roles import RoleOffload
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
 from kvtier.render.scheduler_configmap import configmap_sync, configmap_writes
-from kvtier.render.targets import (
-    SHM_FILES,
-    Conflict,
-    Offload,
-    PerPodClaim,
-    SharedClaim,
-    llmisvc_scheduler,
-    target_patch,
-)
 from kvtier.settings import EffectiveSettings
 from kvtier.sizing import SizingPlan
+from kvtier.targets.base import Conflict
+from kvtier.targets.offload import Offload, PerPodClaim, RoleOffload, SharedClaim
+from kvtier.targets.pod import SHM_FILES
+from kvtier.targets.registry import target_kind
 
 
 def render_writes(
@@ -183,10 +177,11 @@ def render_writes(
     # No configs read: the target's own annotation, else what KServe does without its
     # scheduler preset (render/picker_version.py).
     layout = picker_layout if picker_layout is not None else layout_of(target, {})
-    scheduler = llmisvc_scheduler(target, offload, layout) or configmap_sync(
+    kind = target_kind(target)  # RenderError for a target no registered kind writes
+    scheduler = kind.scheduler(target, offload, layout) or configmap_sync(
         target, scheduler_configmap, offload.role_offloads(), tier.id, layout
     )
-    patch = target_patch(target, offload, scheduler)
+    patch = kind.writes(target, offload, scheduler)
     if isinstance(patch, Conflict):
         return RenderResult(conflict=patch.message)
     if isinstance(scheduler, SchedulerSync) and scheduler_configmap is not None:

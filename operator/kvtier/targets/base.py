@@ -1,0 +1,69 @@
+"""The protocol every target kind implements: what kvtier watches, reads, writes and takes
+back on one kind of model server object.
+
+A kind is one module under kvtier/targets/ with one object that has these members, listed in
+registry.py. Kind modules never import each other: what two kinds share lives in pod.py (a
+pod template that runs vLLM), patch.py (the writes), facts.py (the readers), offload.py (what
+a plan gives a model server).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kvtier.render.result import DesiredWrite
+from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
+from kvtier.targets.facts import TargetFacts
+from kvtier.targets.offload import Offload
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """The target already carries an offload config kvtier did not write."""
+
+    message: str
+
+
+class TargetKind(Protocol):
+    """One kind of model server object kvtier writes its tier to."""
+
+    kind: str  # "InferenceService"
+    group: str  # "serving.kserve.io"
+    versions: tuple[str, ...]  # the served versions kvtier reads and writes, preferred first
+    plural: str  # "inferenceservices"
+
+    def facts(self, obj: Mapping[str, Any]) -> TargetFacts:
+        """What sizing needs from the object (any of `versions`): model, parallelism,
+        replicas, the vLLM flags, the roles and their pods."""
+        ...
+
+    def scheduler(
+        self, obj: Mapping[str, Any], offload: Offload, layout: bool | SchedulerProblem
+    ) -> SchedulerSync | SchedulerProblem | None:
+        """The router's CPU-tier scorer kvtier keeps in step for the object (render/scheduler.py;
+        `layout` as there); None for a kind without a router, or when no scorer is enabled."""
+        ...
+
+    def writes(
+        self,
+        obj: Mapping[str, Any],
+        offload: Offload,
+        scheduler: SchedulerSync | SchedulerProblem | None = None,
+    ) -> list[DesiredWrite] | Conflict:
+        """The writes that put the tier on the object (JSON patches of atomic lists first,
+        then the apply), or a Conflict when it already carries an offload config of someone
+        else's. `scheduler`: what `scheduler()` returned, or the scorer of a ConfigMap."""
+        ...
+
+    def unapply(self, obj: Mapping[str, Any]) -> list[DesiredWrite]:
+        """What takes kvtier's fields back: one JSON patch, all or nothing, that removes
+        kvtier's items and record and puts back the user's own values; [] when kvtier left
+        nothing on the object."""
+        ...
+
+    def users_part(self, obj: Mapping[str, Any], part: str) -> bool:
+        """Whether the part of spec at the dotted path `part` is the user's (someone other
+        than kvtier writes it): kvtier writes only pod templates that are."""
+        ...

@@ -1,0 +1,105 @@
+"""What a model server needs for its tiers, from the sizing plan: the input of every target
+kind's writes (render/writes.py builds it, the kind modules read it).
+
+An LLMInferenceService has roles (decode: spec.template and spec.worker; prefill:
+spec.prefill), each sized on its own (policy/roles.py); an InferenceService has one pod
+template, which gets the tier's own figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kvtier.render.evictor import EvictorSettings
+from kvtier.sizing.vllm import kv_transfer_config_arg
+
+DECODE = "decode"
+PREFILL = "prefill"
+DTYPE_FLAG = "--kv-cache-dtype"
+
+
+@dataclass(frozen=True)
+class RoleOffload:
+    """What one role's vLLM pods need (decode: spec.template and spec.worker; prefill:
+    spec.prefill), sized by the role's own replicas and parallelism. `templates` are the pod
+    templates that run the role's vLLM, as dotted paths under spec; each gets the per-pod
+    memory and /dev/shm."""
+
+    role: str
+    templates: tuple[str, ...]
+    kv_transfer_config: Mapping[str, Any]
+    cpu_bytes: int  # cpu_bytes_to_use of one vLLM engine
+    pod_memory_bytes: int
+    shm_bytes: int | None  # None: the release keeps the CPU tier out of /dev/shm
+    bytes_per_token: int  # server-wide, for the scheduler's block count
+    endpoint_cpu_bytes: int  # the CPU tier behind one router endpoint (one replica)
+
+    @property
+    def arg(self) -> str:
+        return kv_transfer_config_arg(self.kv_transfer_config)
+
+
+@dataclass(frozen=True)
+class SharedClaim:
+    """A claim every replica mounts (CephFS, ReadWriteMany)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class PerPodClaim:
+    """A claim template, one claim per pod (local NVMe)."""
+
+    spec: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Offload:
+    """What the model server needs for its tiers, from the sizing plan. The top-level figures
+    are the decode role's (the only role of an InferenceService); `roles` lists every role
+    of an LLMInferenceService when known (else decode on spec.template alone)."""
+
+    kv_transfer_config: Mapping[str, Any]
+    cpu_bytes: int
+    pod_memory_bytes: int
+    shm_bytes: int | None  # None: the release keeps the CPU tier out of /dev/shm
+    disk: SharedClaim | PerPodClaim | None = None
+    disk_label: str | None = None  # "NVMe" / "CephFS", for the summary
+    eviction_policy: str = "lru"
+    mount_path: str = "/mnt/kv-cache"
+    python_hash_seed: str | None = None  # set when replicas share a disk tier
+    roles: tuple[RoleOffload, ...] = ()
+    # The release leaves its /dev/shm offload file behind after an OOMKill: remove it first.
+    clear_stale_shm_file: bool = False
+    # A per-pod disk tier's evictor: a native sidecar beside vLLM on the same volume.
+    evictor: EvictorSettings | None = None
+    # The --kv-cache-dtype the tier is sized for, passed where the target passes none.
+    kv_cache_dtype: str | None = None
+    # An obj tier's credentials: the Secret (the user's, in the target's namespace) whose
+    # AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY the vLLM container gets by reference.
+    object_store_secret: str | None = None
+
+    @property
+    def dtype_args(self) -> list[str]:
+        return [DTYPE_FLAG, self.kv_cache_dtype] if self.kv_cache_dtype else []
+
+    @property
+    def arg(self) -> str:
+        return kv_transfer_config_arg(self.kv_transfer_config)
+
+    def role_offloads(self) -> tuple[RoleOffload, ...]:
+        if self.roles:
+            return self.roles
+        decode = RoleOffload(
+            "decode",
+            ("template",),
+            self.kv_transfer_config,
+            self.cpu_bytes,
+            self.pod_memory_bytes,
+            self.shm_bytes,
+            0,
+            self.cpu_bytes,
+        )
+        return (decode,)
