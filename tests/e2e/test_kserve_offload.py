@@ -33,8 +33,8 @@ import yaml
 from kvtier.render.evictor import CONTAINER as EVICTOR
 from kvtier.render.evictor import EvictorSettings
 from kvtier.render.naming import DSHM_VOLUME, KV_CACHE_VOLUME
-from kvtier.sizing import kv_transfer_config
-from kvtier.targets.offload import Offload, PerPodClaim, SharedClaim
+from kvtier.sizing import ConnectorSettings
+from kvtier.targets.offload import Offload, PerPodClaim, SharedClaim, plan_offload
 from kvtier.targets.pod import KV_FLAG
 from kvtier.targets.registry import target_patch
 
@@ -134,18 +134,20 @@ class Case:
             return None
         return "CephFS" if isinstance(self.disk, SharedClaim) else "NVMe"
 
+    def connector(self) -> ConnectorSettings:
+        return ConnectorSettings(
+            16, self.disk_type, eviction_policy=self.eviction, fs_root_dir=FS_ROOT
+        )
+
     def config(self) -> dict[str, Any]:
         """kvtier's --kv-transfer-config for the tier (sizing, as Plan and the flag forms)."""
-        return kv_transfer_config(
-            self.cpu_bytes, 16, self.disk_type, eviction_policy=self.eviction, fs_root_dir=FS_ROOT
-        )
+        return self.connector().kv_transfer_config(self.cpu_bytes)
 
     def offload(self) -> Offload:
         return Offload(
-            kv_transfer_config=self.config(),
-            cpu_bytes=self.cpu_bytes,
-            pod_memory_bytes=2 * self.cpu_bytes,
-            shm_bytes=self.cpu_bytes + 4 * GiB,
+            plan=plan_offload(
+                self.connector(), self.cpu_bytes, 2 * self.cpu_bytes, self.cpu_bytes + 4 * GiB
+            ),
             disk=self.disk,
             disk_label=self.disk_type,
             eviction_policy=self.eviction,

@@ -31,6 +31,7 @@ from kvtier.render.scheduler_configmap import (
     configmap_sync,
     configmap_writes,
 )
+from kvtier.sizing import ConnectorSettings
 from kvtier.targets.offload import RoleOffload
 from localcluster import LocalCluster
 from tests.e2e import audit
@@ -267,7 +268,9 @@ def test_a_concurrent_edit_is_not_clobbered(
     (plan,) = tier["status"]["plan"]["roles"]
     per_token = tier["status"]["sizing"]["bytesPerToken"]
     cpu = plan["cpuBytesToUse"]
-    decode = RoleOffload("decode", ("template",), {}, cpu, 0, None, per_token, cpu)
+    decode = RoleOffload(
+        "decode", ("template",), ConnectorSettings(16), cpu, 0, None, per_token, cpu
+    )
     server = live(admin_api, ns, _server())
     layout = picker_layout(server, {})  # its own annotation
     sync = configmap_sync(server, read, [decode], tier_id(ns, "qwen"), layout)

@@ -26,8 +26,8 @@ from kvtier.render.naming import KV_CACHE_VOLUME
 from kvtier.render.quantities import quantity_to_bytes
 from kvtier.render.writes import prune_writes, render_writes
 from kvtier.settings import effective_settings
-from kvtier.sizing import SizingInput, kv_transfer_config, lookup_model, plan
-from kvtier.targets.offload import Offload, PerPodClaim, SharedClaim
+from kvtier.sizing import ConnectorSettings, SizingInput, lookup_model, plan
+from kvtier.targets.offload import Offload, PerPodClaim, SharedClaim, plan_offload
 from kvtier.targets.registry import target_patch, unapply_writes
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -174,10 +174,7 @@ NVME_SPEC = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"stora
 def _offload(**changes: Any) -> Offload:
     eff = effective_settings(_tier_spec(), None)
     base: dict[str, Any] = {
-        "kv_transfer_config": kv_transfer_config(256 * GiB, 16, "NVMe"),
-        "cpu_bytes": 256 * GiB,
-        "pod_memory_bytes": 516 * GiB,
-        "shm_bytes": 260 * GiB,
+        "plan": plan_offload(ConnectorSettings(16, "NVMe"), 256 * GiB, 516 * GiB, 260 * GiB),
         "disk": PerPodClaim(spec=NVME_SPEC),
         "disk_label": "NVMe",
         "evictor": evictor_settings(eff, IMAGE, 1 << 40, 5 << 20),

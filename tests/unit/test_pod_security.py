@@ -17,9 +17,9 @@ from kvtier.render.labels import TierRef
 from kvtier.render.naming import DSHM_VOLUME, KV_CACHE_VOLUME
 from kvtier.render.probe_job import CephFSProbeVolume, NVMeProbeVolume, probe_job
 from kvtier.render.result import DesiredWrite
-from kvtier.sizing import kv_transfer_config
+from kvtier.sizing import ConnectorSettings
 from kvtier.targets.base import Conflict
-from kvtier.targets.offload import Offload, PerPodClaim, SharedClaim
+from kvtier.targets.offload import Offload, PerPodClaim, SharedClaim, plan_offload
 from kvtier.targets.registry import target_patch
 from tests.pod_security import (
     apply_writes,
@@ -182,10 +182,9 @@ def _user(kind: str) -> dict[str, Any]:
 def _offload(disk: str) -> Offload:
     claim = DISKS[disk]
     return Offload(
-        kv_transfer_config=kv_transfer_config(256 * GiB, 16, disk if claim else None),
-        cpu_bytes=256 * GiB,
-        pod_memory_bytes=516 * GiB,
-        shm_bytes=260 * GiB,
+        plan=plan_offload(
+            ConnectorSettings(16, disk if claim else None), 256 * GiB, 516 * GiB, 260 * GiB
+        ),
         disk=claim,
         disk_label=disk if claim else None,
         python_hash_seed="0" if isinstance(claim, SharedClaim) else None,

@@ -16,11 +16,18 @@ import pytest
 
 from kvtier.names import APPLIED_ANNOTATION
 from kvtier.policy.roles import RolePlan, role_input, role_plans
-from kvtier.sizing import SizingInput, plan, resolve_geometry
+from kvtier.sizing import (
+    ConnectorSettings,
+    SizingInput,
+    kv_transfer_config,
+    kv_transfer_config_arg,
+    plan,
+    resolve_geometry,
+)
 from kvtier.targets.base import Conflict
 from kvtier.targets.facts import RoleFacts
 from kvtier.targets.llm_inference_service import V1ALPHA1
-from kvtier.targets.offload import Offload, RoleOffload
+from kvtier.targets.offload import Offload, RoleOffload, plan_offload
 from kvtier.targets.registry import target_facts, target_patch, unapply_writes
 
 GiB = 1 << 30
@@ -108,13 +115,13 @@ def _roles(target: dict[str, Any], **changes: Any) -> list[RolePlan]:
 
 def _offload(roles: list[RolePlan]) -> Offload:
     decode = roles[0]
-    return Offload(
-        kv_transfer_config=decode.plan.kv_transfer_config,
-        cpu_bytes=decode.plan.sizing.cpu_bytes_to_use,
-        pod_memory_bytes=decode.pod_memory_bytes,
-        shm_bytes=decode.shm_bytes,
-        roles=tuple(r.offload() for r in roles),
+    own = plan_offload(
+        decode.plan.connector,
+        decode.plan.sizing.cpu_bytes_to_use,
+        decode.pod_memory_bytes,
+        decode.shm_bytes,
     )
+    return Offload(plan=own, roles=tuple(r.offload() for r in roles))
 
 
 def _ssa(dst: Any, src: Any) -> Any:
@@ -330,10 +337,12 @@ def test_offload_without_roles_patches_spec_template_only() -> None:
     obj = multi_node_dp()
     roles = _roles(obj, tensor_parallel_size=1)
     bare = Offload(
-        kv_transfer_config=roles[0].plan.kv_transfer_config,
-        cpu_bytes=roles[0].plan.sizing.cpu_bytes_to_use,
-        pod_memory_bytes=roles[0].pod_memory_bytes,
-        shm_bytes=roles[0].shm_bytes,
+        plan_offload(
+            roles[0].plan.connector,
+            roles[0].plan.sizing.cpu_bytes_to_use,
+            roles[0].pod_memory_bytes,
+            roles[0].shm_bytes,
+        )
     )
     writes = target_patch(obj, bare)
     assert isinstance(writes, list)
@@ -341,8 +350,11 @@ def test_offload_without_roles_patches_spec_template_only() -> None:
 
 
 def test_role_offload_arg_is_the_roles_own_config() -> None:
-    role = RoleOffload("prefill", ("prefill.template",), {"kv_connector": "X"}, 1, 2, 3, 4, 5)
-    assert role.arg == '{"kv_connector":"X"}'
+    """The flag carries the role's own CPU tier: the one figure, with the plan's settings."""
+    connector = ConnectorSettings(16, "NVMe")
+    role = RoleOffload("prefill", ("prefill.template",), connector, 1, 2, 3, 4, 5)
+    assert role.arg == kv_transfer_config_arg(kv_transfer_config(1, 16, "NVMe"))
+    assert role.kv_transfer_config["kv_connector_extra_config"]["cpu_bytes_to_use"] == 1
     assert RoleFacts("decode", 1, 4).templates == ("template",)
 
 

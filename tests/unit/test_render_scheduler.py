@@ -22,12 +22,13 @@ from kvtier.render.scheduler import (
     config_ref,
     scheduler_sync,
 )
-from kvtier.targets.offload import Offload, RoleOffload
+from kvtier.sizing import ConnectorSettings
+from kvtier.targets.offload import Offload, RoleOffload, plan_offload
 from kvtier.targets.registry import target_kind, target_patch, unapply_writes
 
 GiB = 1 << 30
 PER_TOKEN = 262_144  # Qwen3-32B, 16-bit KV, whole server
-CONFIG = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both"}
+CONNECTOR = ConnectorSettings(16)
 
 
 def sync_of(
@@ -44,7 +45,7 @@ def scheduler_of(obj: dict[str, Any], offload: Offload) -> SchedulerSync | Sched
 
 
 def _role(role: str, cpu: int, templates: tuple[str, ...] = ("template",)) -> RoleOffload:
-    return RoleOffload(role, templates, CONFIG, cpu, 2 * cpu, cpu, PER_TOKEN, cpu)
+    return RoleOffload(role, templates, CONNECTOR, cpu, 2 * cpu, cpu, PER_TOKEN, cpu)
 
 
 DECODE = _role("decode", 100 * GiB)
@@ -100,7 +101,8 @@ def target(config: dict[str, Any] | None = None, pd: bool = False) -> dict[str, 
 
 
 def _offload(*roles: RoleOffload) -> Offload:
-    return Offload(CONFIG, DECODE.cpu_bytes, 2 * DECODE.cpu_bytes, DECODE.cpu_bytes, roles=roles)
+    own = plan_offload(CONNECTOR, DECODE.cpu_bytes, 2 * DECODE.cpu_bytes, DECODE.cpu_bytes)
+    return Offload(own, roles=roles)
 
 
 def _cpu_plugin(obj: dict[str, Any]) -> dict[str, Any]:
@@ -294,7 +296,9 @@ def test_inference_service_has_no_scheduler() -> None:
 
 
 def test_no_capacity_is_written_without_the_roles_bytes_per_token() -> None:
-    bare = Offload(CONFIG, DECODE.cpu_bytes, 2 * DECODE.cpu_bytes, DECODE.cpu_bytes)
+    bare = Offload(
+        plan_offload(CONNECTOR, DECODE.cpu_bytes, 2 * DECODE.cpu_bytes, DECODE.cpu_bytes)
+    )
     assert scheduler_of(target(), bare) is None
 
 

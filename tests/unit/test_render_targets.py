@@ -16,14 +16,15 @@ import yaml
 from kvtier.names import APPLIED_ANNOTATION
 from kvtier.render.naming import DSHM_VOLUME, KV_CACHE_VOLUME
 from kvtier.render.result import DesiredWrite, RenderError
-from kvtier.sizing import kv_transfer_config
+from kvtier.sizing import ConnectorSettings, kv_transfer_config
 from kvtier.targets.base import Conflict
-from kvtier.targets.offload import Offload, PerPodClaim, SharedClaim
+from kvtier.targets.offload import Offload, PerPodClaim, SharedClaim, plan_offload
 from kvtier.targets.pod import memory_for
 from kvtier.targets.registry import target_patch, unapply_writes
 
 TARGETS = Path(__file__).resolve().parents[2] / "examples" / "targets"
 GiB = 1 << 30
+CONNECTOR = ConnectorSettings(16, "NVMe")
 CONFIG = kv_transfer_config(256 * GiB, 16, "NVMe")
 ARG = json.dumps(CONFIG, separators=(",", ":"))
 NVME_SPEC = {
@@ -51,12 +52,9 @@ def _v1alpha2() -> dict[str, Any]:
     return _load("nemotron-llmisvc.yaml")
 
 
-def _offload(**changes: Any) -> Offload:
+def _offload(cpu_bytes: int = 256 * GiB, **changes: Any) -> Offload:
     base: dict[str, Any] = {
-        "kv_transfer_config": CONFIG,
-        "cpu_bytes": 256 * GiB,
-        "pod_memory_bytes": 516 * GiB,
-        "shm_bytes": 260 * GiB,
+        "plan": plan_offload(CONNECTOR, cpu_bytes, 516 * GiB, 260 * GiB),
         "disk": PerPodClaim(spec=NVME_SPEC),
         "disk_label": "NVMe",
     }
@@ -257,7 +255,7 @@ def test_isvc_applied_target_needs_no_patch() -> None:
 def test_isvc_rerender_replaces_own_flag_not_the_users_args() -> None:
     applied = _applied_to(_isvc(), _writes(_isvc()))
     bigger = kv_transfer_config(300 * GiB, 16, "NVMe")
-    offload = _offload(kv_transfer_config=bigger, cpu_bytes=300 * GiB)
+    offload = _offload(cpu_bytes=300 * GiB)  # the flag follows the CPU tier's one figure
     second = _writes(applied, offload)
     args = _patched(applied, second)["spec"]["predictor"]["model"]["args"]
     assert args[:3] == _isvc()["spec"]["predictor"]["model"]["args"]

@@ -41,9 +41,9 @@ from kvtier.render.scheduler_text import edit_parameters
 from kvtier.targets.offload import RoleOffload
 from tests.scheduler_fixtures import CPU_PARAMETERS, plugin_parameters
 from tests.scheduler_fixtures import EPP as GUIDE
-from tests.unit.test_render_scheduler import CONFIG, PER_TOKEN, GiB, sync_of
+from tests.unit.test_render_scheduler import CONNECTOR, PER_TOKEN, GiB, sync_of
 
-DECODE = RoleOffload("decode", ("template",), CONFIG, 100 * GiB, 0, 0, PER_TOKEN, 100 * GiB)
+DECODE = RoleOffload("decode", ("template",), CONNECTOR, 100 * GiB, 0, 0, PER_TOKEN, 100 * GiB)
 BLOCKS = 100 * GiB // (16 * PER_TOKEN)  # 25600
 TIER = "0123456789abcdef"
 

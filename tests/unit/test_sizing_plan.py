@@ -427,3 +427,18 @@ def test_pipeline_stages_keep_one_copy_per_rank_for_mla() -> None:
         return plan(inp).sizing.block_bytes
 
     assert chunk(1) == 1_126_400 and chunk(2) == 8 * 16 * 61 * 576 * 2
+
+
+def test_the_cpu_tier_bytes_have_one_carrier() -> None:
+    """The connector's settings hold no CPU bytes: the config is written from the sizing's
+    one figure (and a role's, where a role carries its own)."""
+    from kvtier.sizing import ConnectorSettings, record
+
+    assert not [name for name, _ in ConnectorSettings._record_fields if "cpu" in name]
+    result = plan(_input(cpu_bytes=64 * GB, concurrent_sessions=4))
+    extra = result.kv_transfer_config["kv_connector_extra_config"]
+    assert extra["cpu_bytes_to_use"] == result.sizing.cpu_bytes_to_use == 64 * GB
+    smaller = record.replace(result.sizing, cpu_bytes_to_use=32 * GB)
+    moved = record.replace(result, sizing=smaller)
+    assert moved.kv_transfer_config["kv_connector_extra_config"]["cpu_bytes_to_use"] == 32 * GB
+    assert moved.connector.kv_transfer_config(32 * GB) == moved.kv_transfer_config

@@ -102,7 +102,7 @@ class RolePlan:
         return RoleOffload(
             role=self.facts.role,
             templates=self.facts.templates,
-            kv_transfer_config=self.plan.kv_transfer_config,
+            connector=self.plan.connector,
             cpu_bytes=self.plan.sizing.cpu_bytes_to_use,
             pod_memory_bytes=self.pod_memory_bytes,
             shm_bytes=self.shm_bytes,

@@ -38,7 +38,7 @@ from kvtier.render.scheduler_configmap import configmap_sync, configmap_writes
 from kvtier.settings import EffectiveSettings
 from kvtier.sizing import SizingPlan
 from kvtier.targets.base import Conflict
-from kvtier.targets.offload import Offload, PerPodClaim, RoleOffload, SharedClaim
+from kvtier.targets.offload import Offload, PerPodClaim, RoleOffload, SharedClaim, plan_offload
 from kvtier.targets.pod import SHM_FILES
 from kvtier.targets.registry import target_kind
 
@@ -158,11 +158,14 @@ def render_writes(
             "a postStart hook on the vLLM container removes it on every start, before vLLM "
             "maps its tier (a hook of the user's own is kept, and the file is then not removed)"
         )
+    figures = sizing.sizing
     offload = Offload(
-        kv_transfer_config=sizing.kv_transfer_config,
-        cpu_bytes=sizing.sizing.cpu_bytes_to_use,
-        pod_memory_bytes=sizing.sizing.pod_memory_bytes,
-        shm_bytes=sizing.sizing.shm_bytes,
+        plan=plan_offload(
+            sizing.connector,
+            figures.cpu_bytes_to_use,
+            figures.pod_memory_bytes,
+            figures.shm_bytes,
+        ),
         disk=disk,
         disk_label=sizing.disk,
         eviction_policy=sizing.input.eviction_policy,

@@ -29,13 +29,14 @@ from kvtier.sizing.tiers import (
 )
 from kvtier.sizing.topology import TOPOLOGIES, TopologyDecision, choose_topology
 from kvtier.sizing.units import human_bytes, parse_bandwidth, parse_count, parse_seconds, parse_size
-from kvtier.sizing.vllm import kv_transfer_config, kv_transfer_config_arg
+from kvtier.sizing.vllm import ConnectorSettings, kv_transfer_config, kv_transfer_config_arg
 
 __all__ = [
     "DISK_TYPES",
     "KV_DTYPES",
     "TOPOLOGIES",
     "CatalogEntry",
+    "ConnectorSettings",
     "ModelGeometry",
     "Sizing",
     "SizingError",

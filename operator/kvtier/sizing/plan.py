@@ -32,7 +32,7 @@ from kvtier.sizing.tiers import (
 )
 from kvtier.sizing.topology import choose_topology
 from kvtier.sizing.units import human_bytes
-from kvtier.sizing.vllm import ACCESS_KEY_ENV, SECRET_KEY_ENV, ObjectStore, kv_transfer_config
+from kvtier.sizing.vllm import ACCESS_KEY_ENV, SECRET_KEY_ENV, ConnectorSettings, ObjectStore
 
 # typing only for annotations: `kvtier plan` starts without importing it (bench/startup.py;
 # mypy treats any name TYPE_CHECKING as true).
@@ -240,7 +240,7 @@ class SizingPlan(Record):
     disk: str | None  # the chosen secondary tier
     fio_block_size: int
     fio_command: str
-    kv_transfer_config: dict[str, Any]
+    connector: ConnectorSettings  # the vLLM config but the CPU tier's bytes (sizing's own)
     decisions: dict[str, str]  # sizing field → one line saying why
     warnings: tuple[str, ...]
     release: VLLMRelease
@@ -249,6 +249,11 @@ class SizingPlan(Record):
     # starts; one PYTHONHASHSEED for replicas that share a disk tier.
     clear_stale_shm_file: bool = False
     shared_hash_seed: bool = False
+
+    @property
+    def kv_transfer_config(self) -> dict[str, Any]:
+        """vLLM's --kv-transfer-config for one engine of this plan."""
+        return self.connector.kv_transfer_config(self.sizing.cpu_bytes_to_use)
 
     def to_status(self) -> dict[str, Any]:
         """The `sizing` and `tiers` figures of KVCacheTier status."""
@@ -421,8 +426,7 @@ def plan(inp: SizingInput) -> SizingPlan:
                 else f"read by vLLM {release.series}'s AWS SDK"
             )
         )
-    config = kv_transfer_config(
-        cpu,
+    connector = ConnectorSettings(
         inp.block_tokens,
         topo.disk,
         eviction_policy=inp.eviction_policy,
@@ -458,7 +462,7 @@ def plan(inp: SizingInput) -> SizingPlan:
         disk=topo.disk,
         fio_block_size=fio_bs,
         fio_command=command,
-        kv_transfer_config=config,
+        connector=connector,
         decisions=decisions,
         warnings=tuple(warnings),
         release=release,

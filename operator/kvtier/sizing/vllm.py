@@ -51,6 +51,62 @@ class ObjectStore(Record):
         return config
 
 
+class ConnectorSettings(Record):
+    """The OffloadingConnector's settings for a CPU tier, plus a secondary tier when `disk`
+    names one: everything of the config but the CPU tier's bytes, which travel as one integer
+    from the sizing to the model server (Sizing.cpu_bytes_to_use, then each role's
+    RoleOffload.cpu_bytes) and join these settings only where the config is written."""
+
+    block_tokens: int
+    disk: str | None = None
+    eviction_policy: str = "lru"
+    fs_root_dir: str = "/mnt/kv-cache"
+    n_read_threads: int = 16
+    n_write_threads: int = 16
+    object_store: ObjectStore | None = None
+
+    def __post_init__(self) -> None:
+        obj = self.disk is not None and _DISK_TIER_TYPE[self.disk] == "obj"
+        if obj and self.object_store is None:
+            raise ValueError("an obj tier needs its bucket and endpoint")
+
+    def kv_transfer_config(self, cpu_bytes_to_use: int) -> dict[str, Any]:
+        """The config with a CPU tier of `cpu_bytes_to_use`."""
+        extra: dict[str, Any]
+        if self.disk is None:
+            extra = {
+                "spec_name": "CPUOffloadingSpec",
+                "cpu_bytes_to_use": cpu_bytes_to_use,
+                "block_size": self.block_tokens,
+            }
+            if self.eviction_policy != "lru":  # vLLM's default; keep the common case minimal
+                extra["eviction_policy"] = self.eviction_policy
+        else:
+            tier: dict[str, Any]
+            if _DISK_TIER_TYPE[self.disk] == "fs":
+                tier = {
+                    "type": "fs",
+                    "root_dir": self.fs_root_dir,
+                    "n_read_threads": self.n_read_threads,
+                    "n_write_threads": self.n_write_threads,
+                }
+            else:
+                assert self.object_store is not None  # __post_init__
+                tier = {"type": "obj", "store_config": self.object_store.store_config()}
+            extra = {
+                "spec_name": "TieringOffloadingSpec",
+                "cpu_bytes_to_use": cpu_bytes_to_use,
+                "block_size": self.block_tokens,
+                "eviction_policy": self.eviction_policy,
+                "secondary_tiers": [tier],
+            }
+        return {
+            "kv_connector": "OffloadingConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": extra,
+        }
+
+
 def kv_transfer_config(
     cpu_bytes_to_use: int,
     block_tokens: int,
@@ -63,40 +119,16 @@ def kv_transfer_config(
     object_store: ObjectStore | None = None,
 ) -> dict[str, Any]:
     """The config for a CPU tier, plus a secondary tier when `disk` names one."""
-    extra: dict[str, Any]
-    if disk is None:
-        extra = {
-            "spec_name": "CPUOffloadingSpec",
-            "cpu_bytes_to_use": cpu_bytes_to_use,
-            "block_size": block_tokens,
-        }
-        if eviction_policy != "lru":  # lru is vLLM's default; keep the common case minimal
-            extra["eviction_policy"] = eviction_policy
-    else:
-        tier: dict[str, Any]
-        if _DISK_TIER_TYPE[disk] == "fs":
-            tier = {
-                "type": "fs",
-                "root_dir": fs_root_dir,
-                "n_read_threads": n_read_threads,
-                "n_write_threads": n_write_threads,
-            }
-        elif object_store is not None:
-            tier = {"type": "obj", "store_config": object_store.store_config()}
-        else:
-            raise ValueError("an obj tier needs its bucket and endpoint")
-        extra = {
-            "spec_name": "TieringOffloadingSpec",
-            "cpu_bytes_to_use": cpu_bytes_to_use,
-            "block_size": block_tokens,
-            "eviction_policy": eviction_policy,
-            "secondary_tiers": [tier],
-        }
-    return {
-        "kv_connector": "OffloadingConnector",
-        "kv_role": "kv_both",
-        "kv_connector_extra_config": extra,
-    }
+    settings = ConnectorSettings(
+        block_tokens,
+        disk,
+        eviction_policy,
+        fs_root_dir,
+        n_read_threads,
+        n_write_threads,
+        object_store,
+    )
+    return settings.kv_transfer_config(cpu_bytes_to_use)
 
 
 def kv_transfer_config_arg(config: Mapping[str, Any]) -> str:

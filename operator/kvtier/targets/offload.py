@@ -4,6 +4,10 @@ kind's writes (render/writes.py builds it, the kind modules read it).
 An LLMInferenceService has roles (decode: spec.template and spec.worker; prefill:
 spec.prefill), each sized on its own (policy/roles.py); an InferenceService has one pod
 template, which gets the tier's own figures.
+
+The CPU tier's bytes have one carrier, RoleOffload.cpu_bytes (from Sizing.cpu_bytes_to_use):
+the --kv-transfer-config is written from it and the connector's other settings where a kind
+writes the flag, and the native field's `cpu` from it alone.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvtier.render.evictor import EvictorSettings
-from kvtier.sizing.vllm import kv_transfer_config_arg
+from kvtier.sizing.vllm import ConnectorSettings, kv_transfer_config_arg
 
 DECODE = "decode"
 PREFILL = "prefill"
@@ -29,16 +33,30 @@ class RoleOffload:
 
     role: str
     templates: tuple[str, ...]
-    kv_transfer_config: Mapping[str, Any]
+    connector: ConnectorSettings  # the role's vLLM config but its CPU tier's bytes
     cpu_bytes: int  # cpu_bytes_to_use of one vLLM engine
     pod_memory_bytes: int
     shm_bytes: int | None  # None: the release keeps the CPU tier out of /dev/shm
-    bytes_per_token: int  # server-wide, for the scheduler's block count
+    bytes_per_token: int  # server-wide, for the scheduler's block count; 0: not known
     endpoint_cpu_bytes: int  # the CPU tier behind one router endpoint (one replica)
+
+    @property
+    def kv_transfer_config(self) -> dict[str, Any]:
+        return self.connector.kv_transfer_config(self.cpu_bytes)
 
     @property
     def arg(self) -> str:
         return kv_transfer_config_arg(self.kv_transfer_config)
+
+
+def plan_offload(
+    connector: ConnectorSettings, cpu_bytes: int, pod_memory_bytes: int, shm_bytes: int | None
+) -> RoleOffload:
+    """The tier's own plan as one pod template gets it (spec.template, an InferenceService's
+    predictor): decode, without the router's figures (no scheduler capacity is written)."""
+    return RoleOffload(
+        DECODE, ("template",), connector, cpu_bytes, pod_memory_bytes, shm_bytes, 0, cpu_bytes
+    )
 
 
 @dataclass(frozen=True)
@@ -57,14 +75,12 @@ class PerPodClaim:
 
 @dataclass(frozen=True)
 class Offload:
-    """What the model server needs for its tiers, from the sizing plan. The top-level figures
-    are the decode role's (the only role of an InferenceService); `roles` lists every role
-    of an LLMInferenceService when known (else decode on spec.template alone)."""
+    """What the model server needs for its tiers, from the sizing plan. `plan` is the tier's
+    own plan (plan_offload): an InferenceService's only pod template, the figures the
+    summary names; `roles` lists every role of an LLMInferenceService when known (else
+    `plan` is decode on spec.template alone)."""
 
-    kv_transfer_config: Mapping[str, Any]
-    cpu_bytes: int
-    pod_memory_bytes: int
-    shm_bytes: int | None  # None: the release keeps the CPU tier out of /dev/shm
+    plan: RoleOffload
     disk: SharedClaim | PerPodClaim | None = None
     disk_label: str | None = None  # "NVMe" / "CephFS", for the summary
     eviction_policy: str = "lru"
@@ -87,19 +103,7 @@ class Offload:
 
     @property
     def arg(self) -> str:
-        return kv_transfer_config_arg(self.kv_transfer_config)
+        return self.plan.arg
 
     def role_offloads(self) -> tuple[RoleOffload, ...]:
-        if self.roles:
-            return self.roles
-        decode = RoleOffload(
-            "decode",
-            ("template",),
-            self.kv_transfer_config,
-            self.cpu_bytes,
-            self.pod_memory_bytes,
-            self.shm_bytes,
-            0,
-            self.cpu_bytes,
-        )
-        return (decode,)
+        return self.roles or (self.plan,)

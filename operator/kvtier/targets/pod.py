@@ -322,8 +322,8 @@ def pod_parts(
     container = pod.container
     applied_here = record_at(applied(target), pod.name)
     parts = PodParts()
-    pod_memory = role.pod_memory_bytes if role else offload.pod_memory_bytes
-    shm_bytes = role.shm_bytes if role else offload.shm_bytes
+    figures = role or offload.plan
+    pod_memory, shm_bytes = figures.pod_memory_bytes, figures.shm_bytes
 
     memory = memory_for(container.get("resources"), pod_memory, applied_here)
     parts.container["resources"] = _resources(memory)
@@ -401,12 +401,13 @@ def summary(target: Mapping[str, Any], offload: Offload, how: str, memory: int) 
     """The apply's line for a person: where the flag goes, the tier, memory and /dev/shm."""
     meta = target["metadata"]
     disk = f" + {offload.disk_label}" if offload.disk_label else ""
+    plan = offload.plan
     return (
         f"{target['kind']} {meta['namespace']}/{meta['name']}: {how} (CPU tier "
-        f"{to_quantity(offload.cpu_bytes)}{disk}), memory request {to_quantity(memory)}, "
+        f"{to_quantity(plan.cpu_bytes)}{disk}), memory request {to_quantity(memory)}, "
         + (
-            f"{SHM_PATH} {to_quantity(offload.shm_bytes)}"
-            if offload.shm_bytes is not None
+            f"{SHM_PATH} {to_quantity(plan.shm_bytes)}"
+            if plan.shm_bytes is not None
             else f"no {SHM_PATH} (the release keeps the tier in private memory)"
         )
     )
