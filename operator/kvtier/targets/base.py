@@ -26,8 +26,9 @@ class Conflict:
     message: str
 
 
-class TargetKind(Protocol):
-    """One kind of model server object kvtier writes its tier to."""
+class Kind(Protocol):
+    """One kind of model server object kvtier writes its tier to (api.tier.TargetKind is the
+    CRD's enum of their names)."""
 
     kind: str  # "InferenceService"
     group: str  # "serving.kserve.io"

@@ -11,21 +11,21 @@ from typing import Any
 
 from kvtier.render.result import DesiredWrite, RenderError
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
-from kvtier.targets.base import Conflict, TargetKind
+from kvtier.targets.base import Conflict, Kind
 from kvtier.targets.facts import TargetFacts
 from kvtier.targets.inference_service import INFERENCE_SERVICE
 from kvtier.targets.llm_inference_service import LLM_INFERENCE_SERVICE
 from kvtier.targets.offload import Offload
 from kvtier.targets.pod import recorded
 
-KINDS: tuple[TargetKind, ...] = (INFERENCE_SERVICE, LLM_INFERENCE_SERVICE)
+KINDS: tuple[Kind, ...] = (INFERENCE_SERVICE, LLM_INFERENCE_SERVICE)
 UNSUPPORTED_REASON = "UnsupportedTarget"
 
 _BY_KIND = {k.kind: k for k in KINDS}
 _BY_VERSION = {(f"{k.group}/{v}", k.kind): k for k in KINDS for v in k.versions}
 
 
-def api_versions(kind: TargetKind) -> tuple[str, ...]:
+def api_versions(kind: Kind) -> tuple[str, ...]:
     """The kind's apiVersions, preferred first."""
     return tuple(f"{kind.group}/{v}" for v in kind.versions)
 
@@ -45,7 +45,7 @@ def _version(target: Mapping[str, Any]) -> tuple[str, str]:
     return str(target.get("apiVersion", "")), str(target.get("kind", ""))
 
 
-def kind_named(kind: str) -> TargetKind:
+def kind_named(kind: str) -> Kind:
     """The registered kind of that name, else RenderError."""
     found = _BY_KIND.get(kind)
     if found is None:
@@ -53,7 +53,7 @@ def kind_named(kind: str) -> TargetKind:
     return found
 
 
-def target_kind(target: Mapping[str, Any]) -> TargetKind:
+def target_kind(target: Mapping[str, Any]) -> Kind:
     """The registered kind that writes the target at its apiVersion, else RenderError."""
     version, kind = _version(target)
     found = _BY_VERSION.get((version, kind))
