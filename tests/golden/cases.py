@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from kvtier.policy.decide import Facts
+from kvtier.policy.contract import Facts
 from kvtier.sizing.releases import DEFAULT_VLLM_VERSION, RELEASES
 from tests.served_schemas import schemas_for
 from tests.unit.test_decide import node, tier

@@ -18,7 +18,8 @@ import yaml
 # puts on the path under pytest; run as a module, this does.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack" / "localcluster"))
 
-from kvtier.policy.decide import Decision, decide
+from kvtier.policy.contract import Decision
+from kvtier.policy.decide import decide
 from tests.golden.cases import Case, cases, facts
 
 RENDERED = Path(__file__).resolve().parent / "rendered"

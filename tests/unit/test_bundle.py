@@ -255,7 +255,7 @@ def test_channels_and_rbac(csv: dict[str, Any]) -> None:
 
 def test_the_built_in_probe_image_is_the_charts_default() -> None:
     """Without its pod or env the operator runs probe Jobs with the chart's default image."""
-    from kvtier.policy.decide import DEFAULT_PROBE_IMAGE
+    from kvtier.policy.contract import DEFAULT_PROBE_IMAGE
 
     chart = REPO / "charts" / "kvtier-operator"
     values = yaml.safe_load((chart / "values.yaml").read_text())

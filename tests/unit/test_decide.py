@@ -11,7 +11,9 @@ import pytest
 from kvtier.controller.controller import status_patch
 from kvtier.controller.workqueue import WorkQueue
 from kvtier.policy.conditions import Verdict, merge_conditions
-from kvtier.policy.decide import Event, Facts, announce, decide, short_quantity
+from kvtier.policy.contract import Facts
+from kvtier.policy.decide import decide, short_quantity
+from kvtier.policy.events import Event, announce
 from kvtier.policy.placement import placement
 from kvtier.render import DesiredWrite
 from kvtier.render.event import event_body

@@ -18,7 +18,8 @@ from kvtier.api.policy import (
 from kvtier.controller.controller import Controller
 from kvtier.controller.watches import on_capacity, on_policy, on_storage_class
 from kvtier.kube.rest import Kube
-from kvtier.policy.decide import Decision, decide
+from kvtier.policy.contract import Decision
+from kvtier.policy.decide import decide
 from kvtier.policy.provisioning import policy_writes
 from kvtier.render.labels import TierRef
 from kvtier.render.nvme import nvme_claim_spec

@@ -364,7 +364,8 @@ def test_role_offload_arg_is_the_roles_own_config() -> None:
 def _decide(target: dict[str, Any], mode: str = "Apply") -> Any:
     from datetime import UTC, datetime
 
-    from kvtier.policy.decide import Facts, decide
+    from kvtier.policy.contract import Facts
+    from kvtier.policy.decide import decide
 
     tier = {
         "apiVersion": "kvcache.io/v1alpha1",

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from kvtier.policy.atomic import atomic_verdict
-from kvtier.policy.decide import Facts, decide
+from kvtier.policy.contract import Facts
+from kvtier.policy.decide import decide
 from kvtier.render import DesiredWrite
 from kvtier.render.served_schema import kind_schema, replaced_parts
 from tests.served_schemas import schemas_for, served_schema

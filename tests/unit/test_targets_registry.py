@@ -108,7 +108,8 @@ def test_nothing_to_take_back_from_a_target_without_a_record() -> None:
 
 
 def test_decide_refuses_an_unregistered_kind_as_target_not_found() -> None:
-    from kvtier.policy.decide import Facts, decide
+    from kvtier.policy.contract import Facts
+    from kvtier.policy.decide import decide
     from tests.unit.test_decide import NODES, NOW, POLICY, tier
 
     decision = decide(Facts(tier(), POLICY, _deployment(), None, NODES, NOW))

@@ -28,7 +28,7 @@ from kvtier.controller.writer import Writer
 from kvtier.kube.informer import Informer
 from kvtier.kube.rest import Kube
 from kvtier.observe.runner import Observer
-from kvtier.policy.decide import Event
+from kvtier.policy.events import Event
 from kvtier.render.event import event_body
 
 log = logging.getLogger("kvtier.controller")

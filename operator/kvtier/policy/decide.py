@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,16 +18,16 @@ from kvtier.api.common import quantity_bytes
 from kvtier.api.policy import KVCachePolicySpec, NonBeneficialAction
 from kvtier.api.tier import ConditionType, DiskType, KVCacheTierSpec, Mode, ValueSource
 from kvtier.names import FINALIZER
-from kvtier.observe.status import DISK_TIERS, Observation
+from kvtier.observe.status import DISK_TIERS
 from kvtier.policy.atomic import atomic_verdict
 from kvtier.policy.capacity import capacity_verdict
 from kvtier.policy.conditions import FALSE, TRUE, UNKNOWN, Verdict, flipped, merge_conditions
+from kvtier.policy.contract import Decision, Facts, meta
+from kvtier.policy.events import READY_APPLIED, Event, newsworthy
 from kvtier.policy.gate import ObservedEvidence, gate_tier, plan_share
 from kvtier.policy.placement import Placement, placement
 from kvtier.policy.probing import ProbeStep, plan_probe
 from kvtier.policy.provisioning import (
-    Unkept,
-    UnkeptKey,
     applied_verdict,
     disk_tier_status,
     hold_unkept,
@@ -39,11 +38,7 @@ from kvtier.policy.provisioning import (
     split_writes,
 )
 from kvtier.policy.roles import RolePlan, role_input, role_plans
-from kvtier.policy.scheduler import (
-    configmap_step,
-    referenced_configmap,
-    scheduler_verdict,
-)
+from kvtier.policy.scheduler import configmap_step, referenced_configmap, scheduler_verdict
 from kvtier.render import DesiredWrite, RenderError, RenderResult, TierRef
 from kvtier.render.nvme import (
     eligible_nodes,
@@ -52,7 +47,7 @@ from kvtier.render.nvme import (
     recycle_released_volumes,
 )
 from kvtier.render.nvme_class import binding_warning
-from kvtier.render.picker_version import KSERVE_NAMESPACE, picker_layout
+from kvtier.render.picker_version import picker_layout
 from kvtier.render.probe_job import CephFSProbeVolume, NVMeProbeVolume
 from kvtier.render.quantities import to_quantity
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
@@ -79,7 +74,6 @@ from kvtier.targets.pod import own_kv_cache_dtype
 from kvtier.targets.registry import target_facts
 from kvtier.targets.server_flags import ServerFlags
 
-DEFAULT_PROBE_IMAGE = "quay.io/kvtier/kvtier-operator:0.1.0"
 STORAGE_KINDS = ("PersistentVolume", "PersistentVolumeClaim")
 MAX_CONFIG_BYTES = 1024 * 1024  # a real config.json is a few KiB; refuse what cannot be one
 # SizingError.field → the KVCacheTier spec path it comes from.
@@ -102,102 +96,6 @@ SPEC_PATHS = {
 }
 INT64_MAX = 2**63 - 1  # what the API server stores for an integer field
 DISK_TIER_NAMES = {"NVMe": "nvme", "CephFS": "cephfs", "ObjectStore": "objectstore"}
-
-
-@dataclass(frozen=True)
-class Facts:
-    """Everything `decide` reads. Objects are dicts as the API returns them."""
-
-    tier: Mapping[str, Any]
-    policy: Mapping[str, Any] | None
-    target: Mapping[str, Any] | None
-    config_map: Mapping[str, Any] | None  # the referenced ConfigMap, None if absent
-    nodes: Sequence[Mapping[str, Any]]
-    now: datetime
-    # Objects kvtier wrote for this tier (PVs, PVCs), keyed by (kind, namespace, name).
-    owned: Mapping[tuple[str, str | None, str], Mapping[str, Any]] = field(default_factory=dict)
-    # The operator's own image runs `kvtier probe` and the disk tiers' `kvtier evict`.
-    probe_image: str = DEFAULT_PROBE_IMAGE
-    # Other Apply-mode tiers naming the same target, as claim_key() of each.
-    rivals: Sequence[tuple[int, str, str]] = ()
-    # Writes the API server answered without keeping them, by object (see Unkept).
-    unkept: Mapping[UnkeptKey, Unkept] = field(default_factory=dict)
-    # The latest reading of the target's vLLM metrics (kvtier.observe), None when none.
-    observation: Observation | None = None
-    # StorageClasses by name and every CSIStorageCapacity, for StorageClass NVMe pools.
-    storage_classes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    capacities: Sequence[Mapping[str, Any]] = ()
-    # ConfigMaps of the tier's namespace the scheduler sync reads: the one the target's
-    # spec.router.scheduler.config.ref names, and any carrying this tier's record.
-    scheduler_configmaps: Sequence[Mapping[str, Any]] = ()
-    # Names of those the operator may not patch (they answered 403).
-    scheduler_forbidden: frozenset[str] = frozenset()
-    # The LLMInferenceServiceConfigs the endpoint picker's version may come from, by
-    # (namespace, name), as read (render/picker_version.py); None when none were read.
-    llmisvc_configs: Mapping[tuple[str, str], Mapping[str, Any]] | None = None
-    kserve_namespace: str = KSERVE_NAMESPACE
-    # The schemas the API server serves for the target's kind, by apiVersion (its OpenAPI v3
-    # components, render/served_schema.py): each write is checked against the schema of the
-    # version it is sent as. A version without one (not read) gets no apply.
-    target_schemas: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
-
-
-READY_APPLIED = "Applied"  # Ready's reason in Apply mode, and the reason of a writes Event
-
-
-@dataclass(frozen=True)
-class Event:
-    type: str  # Normal | Warning
-    reason: str
-    message: str
-
-
-def writes_summary(writes: Sequence[DesiredWrite]) -> str:
-    head = "; ".join(f"{w.action} {w.summary}" for w in writes[:3])
-    more = f" (+{len(writes) - 3} more)" if len(writes) > 3 else ""
-    return f"{len(writes)} write(s): {head}{more}"
-
-
-def announce(events: Sequence[Event], written: Sequence[DesiredWrite]) -> list[Event]:
-    """The Events of one reconcile. The writes are told once: inside the Ready=Applied
-    Event when the same reconcile made the tier ready (one Event for a new tier, not two),
-    else in an Event of their own."""
-    if not written:
-        return list(events)
-    summary = writes_summary(written)
-    out = []
-    folded = False
-    for e in events:
-        if not folded and e.type == "Normal" and e.reason == READY_APPLIED:
-            e = Event(e.type, e.reason, f"{e.message}: {summary}")
-            folded = True
-        out.append(e)
-    return out if folded else [Event("Normal", READY_APPLIED, summary), *out]
-
-
-@dataclass
-class Decision:
-    """What the operator should make true for one tier."""
-
-    mode: str
-    status: dict[str, Any]
-    events: list[Event] = field(default_factory=list)
-    sizing: SizingPlan | None = None
-    settings: EffectiveSettings | None = None
-    target: TargetFacts | None = None
-    # Apply mode: the writes still needed (in order), and every object the tier owns now.
-    writes: list[DesiredWrite] = field(default_factory=list)
-    # Writes held back: the server did not keep them last time (Applied SchemaMismatch).
-    held: list[DesiredWrite] = field(default_factory=list)
-    desired: list[DesiredWrite] = field(default_factory=list)
-    disk_status: dict[str, Any] = field(default_factory=dict)
-    applied: bool = False  # the target carries the configuration (Apply mode)
-    probe: ProbeStep | None = None
-    policy_problems: list[tuple[str, str]] = field(default_factory=list)
-
-
-def _meta(obj: Mapping[str, Any], key: str) -> Any:
-    return (obj.get("metadata") or {}).get(key)
 
 
 def short_quantity(n: int) -> str:
@@ -435,7 +333,7 @@ def _pool_nodes(
     selector: Mapping[str, str], nodes: Sequence[Mapping[str, Any]], place: Placement
 ) -> list[str]:
     """Nodes of an NVMe pool the model server can land on."""
-    in_pool = (str(_meta(node, "name")) for node in eligible_nodes(nodes, selector))
+    in_pool = (str(meta(node, "name")) for node in eligible_nodes(nodes, selector))
     return [name for name in in_pool if name in place.eligible_nodes]
 
 
@@ -591,7 +489,7 @@ def _parse_new(spec_body: Mapping[str, Any], policy_body: Mapping[str, Any] | No
 def decide(facts: Facts) -> Decision:
     """Conditions, sizing, tiers and plan for one KVCacheTier."""
     tier = facts.tier
-    generation = _meta(tier, "generation")
+    generation = meta(tier, "generation")
     previous = (tier.get("status") or {}).get("conditions") or []
     prev_tiers = (tier.get("status") or {}).get("tiers") or []
     parsed = _parse(
@@ -618,7 +516,7 @@ def decide(facts: Facts) -> Decision:
     decision = Decision(mode=mode, status=status, settings=eff)
 
     ref = spec.target_ref
-    ns = _meta(tier, "namespace")
+    ns = meta(tier, "namespace")
     if facts.target is None:
         verdicts.append(
             Verdict(
@@ -680,7 +578,7 @@ def decide(facts: Facts) -> Decision:
     decision.events = [
         Event("Normal" if v.ok else "Warning", v.reason, v.message)
         for v in verdicts
-        if flipped(previous, v) and _newsworthy(previous, v)
+        if flipped(previous, v) and newsworthy(previous, v)
     ]
     status["tiers"] = (
         _status_tiers(
@@ -791,8 +689,8 @@ def _render(
     roles: Sequence[RolePlan] = (),
 ) -> list[Verdict]:
     """The writes Apply mode makes (Plan mode reports them) and what the cluster shows."""
-    meta = facts.tier.get("metadata") or {}
-    ref = TierRef(str(meta.get("namespace")), str(meta.get("name")), meta.get("uid"))
+    tier_meta = facts.tier.get("metadata") or {}
+    ref = TierRef(str(tier_meta.get("namespace")), str(tier_meta.get("name")), tier_meta.get("uid"))
     assert facts.target is not None
     summary = _plan_summary(sp, decision.mode)
     scheduler_configmap = referenced_configmap(facts.target, facts.scheduler_configmaps)
@@ -897,7 +795,7 @@ def _render(
         nodes = [
             n
             for n in eligible_nodes(facts.nodes, class_pool.node_selector)
-            if _meta(n, "name") in place.eligible_nodes
+            if meta(n, "name") in place.eligible_nodes
         ]
         provisioned = capacity_verdict(
             class_pool.name,
@@ -941,11 +839,11 @@ def claim_key(tier: Mapping[str, Any]) -> tuple[int, str, str]:
     """Who owns a contested target: a tier that has already applied (holds kvtier's
     finalizer) before one that has not, then the older, then by name (timestamps are whole
     seconds)."""
-    holds = FINALIZER in (_meta(tier, "finalizers") or [])
+    holds = FINALIZER in (meta(tier, "finalizers") or [])
     return (
         0 if holds else 1,
-        str(_meta(tier, "creationTimestamp") or ""),
-        str(_meta(tier, "name")),
+        str(meta(tier, "creationTimestamp") or ""),
+        str(meta(tier, "name")),
     )
 
 
@@ -968,7 +866,7 @@ def _beyond_int64(sp: SizingPlan) -> Verdict | None:
 
 
 def _pod_owned(obj: Mapping[str, Any]) -> bool:
-    return any(r.get("kind") == "Pod" for r in _meta(obj, "ownerReferences") or [])
+    return any(r.get("kind") == "Pod" for r in meta(obj, "ownerReferences") or [])
 
 
 def _probe_step(
@@ -1004,8 +902,8 @@ def _probe_step(
     )
     return plan_probe(
         tier=ref,
-        generation=int(_meta(facts.tier, "generation") or 0),
-        annotations=_meta(facts.tier, "annotations") or {},
+        generation=int(meta(facts.tier, "generation") or 0),
+        annotations=meta(facts.tier, "annotations") or {},
         disk=str(sp.disk),
         volume=volume,
         provisioned=provisioned,
@@ -1084,13 +982,6 @@ def _drop_if_not_beneficial(sp: SizingPlan, eff: EffectiveSettings) -> Verdict |
         "Dropped",
         f"{sp.disk} tier left out (KVCachePolicy nonBeneficialTier: Drop): {chosen.reason}",
     )
-
-
-def _newsworthy(previous: Sequence[Mapping[str, Any]], v: Verdict) -> bool:
-    """Events tell a person what changed, not every first fact: a new tier gets one for its
-    Ready state plus one per problem; a later change of any condition gets its own."""
-    seen = any(c.get("type") == v.type for c in previous)
-    return seen or not v.ok or v.type == ConditionType.READY
 
 
 def _ready(verdicts: Sequence[Verdict], mode: str) -> Verdict:
