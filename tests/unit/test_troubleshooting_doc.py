@@ -18,7 +18,7 @@ SOURCES = [
 ]
 DOC = REPO / "docs" / "troubleshooting.md"
 _CAMEL = re.compile(r"^[A-Z][A-Za-z0-9]+$")
-_REASON_FIRST = {"RenderError", "_sized_false"}  # (reason, message, ...)
+_REASON_FIRST = {"RenderError", "sized_false"}  # (reason, message, ...)
 
 
 def _constants(node: ast.expr | None) -> set[str]:

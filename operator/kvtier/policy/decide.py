@@ -37,6 +37,7 @@ from kvtier.policy.provisioning import (
     schema_mismatch_verdict,
     split_writes,
 )
+from kvtier.policy.refusals import SPEC_PATHS, Refusal, beyond_int64, sized_false
 from kvtier.policy.roles import RolePlan, role_input, role_plans
 from kvtier.policy.scheduler import configmap_step, referenced_configmap, scheduler_verdict
 from kvtier.render import DesiredWrite, RenderError, RenderResult, TierRef
@@ -76,25 +77,6 @@ from kvtier.targets.server_flags import ServerFlags
 
 STORAGE_KINDS = ("PersistentVolume", "PersistentVolumeClaim")
 MAX_CONFIG_BYTES = 1024 * 1024  # a real config.json is a few KiB; refuse what cannot be one
-# SizingError.field → the KVCacheTier spec path it comes from.
-SPEC_PATHS = {
-    "tensorParallelSize": "spec.model.tensorParallelSize",
-    "kvCacheDtype": "spec.model.kvCacheDtype",
-    "kvHeads": "spec.model.geometry.kvHeads",
-    "geometry": "spec.model.geometry",
-    "blockTokens": "spec.model.blockSizeTokens",
-    "cpu.size": "spec.cpu.size",
-    "disk.type": "spec.disk.type",
-    "baselineTTFTSeconds": "spec.probe.baselineTTFTSeconds",
-    "model": "spec.model",
-    "config.json": "spec.model.configMapRef",
-    # The node's memory cannot hold one block of this model: the geometry or the CPU tier.
-    "nodeMemoryBytes": "spec.model (one KV block exceeds what a node affords the CPU tier)",
-    "blockSizeTokens": "spec.model.blockSizeTokens",
-    "vllmVersion": "spec.model.vllmVersion",
-    "gpuBlockSizeTokens": "the target's --block-size",
-}
-INT64_MAX = 2**63 - 1  # what the API server stores for an integer field
 DISK_TIER_NAMES = {"NVMe": "nvme", "CephFS": "cephfs", "ObjectStore": "objectstore"}
 
 
@@ -108,29 +90,17 @@ def short_quantity(n: int) -> str:
     return str(n)
 
 
-class _Refusal(Exception):
-    """A fact that stops sizing; becomes a condition, never a crash."""
-
-    def __init__(self, verdict: Verdict) -> None:
-        super().__init__(verdict.message)
-        self.verdict = verdict
-
-
-def _sized_false(reason: str, message: str) -> _Refusal:
-    return _Refusal(Verdict(ConditionType.SIZED.value, FALSE, reason, message))
-
-
 def _config_json(spec: KVCacheTierSpec, config_map: Mapping[str, Any] | None) -> dict[str, Any]:
     ref = spec.model.config_map_ref if spec.model else None
     assert ref is not None
     where = f"ConfigMap {ref.name} key {ref.key}"
     if config_map is None:
-        raise _sized_false("ConfigMapNotFound", f"spec.model.configMapRef: {where} not found")
+        raise sized_false("ConfigMapNotFound", f"spec.model.configMapRef: {where} not found")
     text = (config_map.get("data") or {}).get(ref.key)
     if text is None:
-        raise _sized_false("ConfigMapKeyMissing", f"spec.model.configMapRef: {where} is missing")
+        raise sized_false("ConfigMapKeyMissing", f"spec.model.configMapRef: {where} is missing")
     if len(text) > MAX_CONFIG_BYTES:
-        raise _sized_false(
+        raise sized_false(
             "InvalidModelConfig",
             f"spec.model.configMapRef: {where} is {len(text)} bytes; a config.json is at most "
             f"{MAX_CONFIG_BYTES}",
@@ -138,11 +108,11 @@ def _config_json(spec: KVCacheTierSpec, config_map: Mapping[str, Any] | None) ->
     try:
         parsed = json.loads(text)
     except (ValueError, RecursionError) as exc:
-        raise _sized_false(
+        raise sized_false(
             "InvalidModelConfig", f"spec.model.configMapRef: {where} is not JSON: {exc}"
         ) from None
     if not isinstance(parsed, dict):
-        raise _sized_false(
+        raise sized_false(
             "InvalidModelConfig", f"spec.model.configMapRef: {where} is not a JSON object"
         )
     return parsed
@@ -187,7 +157,7 @@ def _sizing_input(
             geo = resolve_geometry(model=None, config=config, geometry=geometry)
     except SizingError as exc:
         reason = "ModelUnknown" if exc.field == "model" else "InvalidModelConfig"
-        raise _sized_false(
+        raise sized_false(
             reason, f"{SPEC_PATHS.get(exc.field, 'spec.model')}: {exc.message}"
         ) from None
     tp = (
@@ -209,7 +179,7 @@ def _sizing_input(
             if version.source is ValueSource.TARGET
             else f"{SPEC_PATHS['vllmVersion']}: {version.value}"
         )
-        raise _sized_false(
+        raise sized_false(
             "UnsupportedVLLMVersion",
             f"{where}: {exc.message}; set spec.model.vllmVersion to the release it behaves as",
         ) from None
@@ -304,7 +274,7 @@ def _kv_cache_dtype(eff: EffectiveSettings, flags: ServerFlags, model_dtype: str
         if asked.source is ValueSource.TIER
         else "the KVCachePolicy's defaults.kvCacheDtype"
     )
-    raise _sized_false(
+    raise sized_false(
         "KVCacheDtypeMismatch",
         f"{where} is {wanted}, but the target passes --kv-cache-dtype {served}: make them "
         "the same, or drop the setting (kvtier then sizes for the target's)",
@@ -620,7 +590,7 @@ def _size(
         decode = next((r for r in target.roles if r.role == "decode"), None)
         inp = role_input(base, decode) if decode is not None else base
         sp = plan(inp)
-        too_large = _beyond_int64(sp)
+        too_large = beyond_int64(sp)
         if too_large is not None:
             return [too_large]
         cap = cpu_tier_cap(inp)
@@ -640,7 +610,7 @@ def _size(
         if dropped is not None:
             sp = plan(record.replace(inp, disk_type="None"))
         roles = role_plans(base, sp, target.roles, facts.nodes)
-    except _Refusal as refusal:
+    except Refusal as refusal:
         return [refusal.verdict]
     except SizingError as exc:
         return [
@@ -845,24 +815,6 @@ def claim_key(tier: Mapping[str, Any]) -> tuple[int, str, str]:
         str(meta(tier, "creationTimestamp") or ""),
         str(meta(tier, "name")),
     )
-
-
-def _beyond_int64(sp: SizingPlan) -> Verdict | None:
-    """A plan whose byte counts the API server cannot store is refused before any write."""
-    figures = {
-        "spec.workload": sp.sizing.working_set_bytes_all_replicas,
-        "spec.cpu.size": max(sp.sizing.cpu_bytes_to_use, sp.sizing.pod_memory_bytes),
-    }
-    for path, value in figures.items():
-        if value > INT64_MAX:
-            return Verdict(
-                ConditionType.SIZED.value,
-                FALSE,
-                "TooLarge",
-                f"{path}: the plan needs {value} bytes, more than any node or volume "
-                f"holds (and beyond what Kubernetes stores, {INT64_MAX})",
-            )
-    return None
 
 
 def _pod_owned(obj: Mapping[str, Any]) -> bool:
