@@ -40,6 +40,14 @@ from kvtier.policy.provisioning import (
 from kvtier.policy.refusals import SPEC_PATHS, Refusal, beyond_int64, sized_false
 from kvtier.policy.roles import RolePlan, role_input, role_plans
 from kvtier.policy.scheduler import configmap_step, referenced_configmap, scheduler_verdict
+from kvtier.policy.status_shape import (
+    DISK_TIER_NAMES,
+    disk_tier_text,
+    measured,
+    plan_summary,
+    short_quantity,
+    status_tiers,
+)
 from kvtier.render import DesiredWrite, RenderError, RenderResult, TierRef
 from kvtier.render.nvme import (
     eligible_nodes,
@@ -77,17 +85,6 @@ from kvtier.targets.server_flags import ServerFlags
 
 STORAGE_KINDS = ("PersistentVolume", "PersistentVolumeClaim")
 MAX_CONFIG_BYTES = 1024 * 1024  # a real config.json is a few KiB; refuse what cannot be one
-DISK_TIER_NAMES = {"NVMe": "nvme", "CephFS": "cephfs", "ObjectStore": "objectstore"}
-
-
-def short_quantity(n: int) -> str:
-    """Bytes as a compact binary quantity for people: 547608330240 → 510Gi."""
-    for unit, size in (("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20)):
-        if n >= size:
-            value = n / size
-            text = f"{value:.1f}".rstrip("0").rstrip(".")
-            return f"{text}{unit}"
-    return str(n)
 
 
 def _config_json(spec: KVCacheTierSpec, config_map: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -116,18 +113,6 @@ def _config_json(spec: KVCacheTierSpec, config_map: Mapping[str, Any] | None) ->
             "InvalidModelConfig", f"spec.model.configMapRef: {where} is not a JSON object"
         )
     return parsed
-
-
-def measured(prev_tiers: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
-    """Probe results in status, by sizing disk name (NVMe, CephFS, ObjectStore)."""
-    names = {v: k for k, v in DISK_TIER_NAMES.items()}
-    return {
-        names[t["name"]]: t["probe"]
-        for t in prev_tiers
-        if isinstance(t, Mapping)
-        and t.get("name") in names
-        and (t.get("probe") or {}).get("p99Seconds") is not None
-    }
 
 
 def _sizing_input(
@@ -342,75 +327,6 @@ def _policy_verdict(
     )
 
 
-def _status_tiers(
-    sp: SizingPlan,
-    previous: Sequence[Mapping[str, Any]],
-    disk: Mapping[str, Any],
-    applied: bool,
-    probe: Mapping[str, Any] | None = None,
-) -> list[dict[str, Any]]:
-    old = {t.get("name"): t for t in previous if isinstance(t, Mapping)}
-    tiers: list[dict[str, Any]] = [
-        {"name": "cpu", "capacityBytes": sp.sizing.cpu_bytes_to_use, "ready": applied}
-    ]
-    for t in sp.to_status()["tiers"]:
-        name = DISK_TIER_NAMES.get(str(t["name"]), str(t["name"]).lower())
-        entry: dict[str, Any] = {"name": name, "ready": bool(disk.get("ready"))}
-        if disk.get("claimName"):
-            entry["claimName"] = disk["claimName"]
-        if disk.get("capacityQuantity"):
-            entry["capacityBytes"] = quantity_bytes(disk["capacityQuantity"])
-        for key in (
-            "crossoverTokens",
-            "restoreBlocksPerSecond",
-            "beneficial",
-            "decidedBy",
-            "latency",
-            "throughput",
-        ):
-            if t.get(key) is not None:
-                entry[key] = t[key]
-        if probe is not None and name == DISK_TIER_NAMES.get(sp.disk or ""):
-            entry["probe"] = probe
-        elif "probe" in old.get(name, {}):
-            entry["probe"] = old[name]["probe"]  # measurements outlive a re-plan
-        tiers.append(entry)
-    listed = {t["name"] for t in tiers}
-    # A measured tier that is no longer chosen (dropped as not beneficial) keeps its numbers,
-    # so the next reconcile decides from them again instead of flip-flopping.
-    tiers += [
-        {"name": n, "ready": False, "beneficial": False, "probe": t["probe"]}
-        for n, t in old.items()
-        if n not in listed and isinstance(n, str) and "probe" in t
-    ]
-    return tiers
-
-
-def _disk_tier_text(sp: SizingPlan, eff: EffectiveSettings, capacity: object) -> str:
-    if sp.disk is None:
-        return "None"
-    if sp.disk == "NVMe" and eff.nvme_pool is not None:
-        return f"NVMe ({eff.nvme_pool.name})"
-    if sp.disk == "CephFS":
-        size = (
-            quantity_bytes(str(capacity)) if capacity else sp.sizing.working_set_bytes_all_replicas
-        )
-        return f"CephFS {short_quantity(size)}"
-    return sp.disk
-
-
-def _plan_summary(sp: SizingPlan, mode: str) -> str:
-    lines = [
-        f"{'Apply' if mode == Mode.APPLY else 'Plan'} mode: topology {sp.sizing.topology}, "
-        f"CPU tier {short_quantity(sp.sizing.cpu_bytes_to_use)} "
-        f"(cpu_bytes_to_use={sp.sizing.cpu_bytes_to_use}), "
-        f"disk tier {sp.disk or 'none'}.",
-        *(f"{k}: {v}" for k, v in sp.decisions.items()),
-        *(f"warning: {w}" for w in sp.warnings),
-    ]
-    return "\n".join(lines)
-
-
 @dataclass(frozen=True)
 class _Parsed:
     """A tier spec and the policy, parsed and merged into the settings the tier runs with."""
@@ -551,7 +467,7 @@ def decide(facts: Facts) -> Decision:
         if flipped(previous, v) and newsworthy(previous, v)
     ]
     status["tiers"] = (
-        _status_tiers(
+        status_tiers(
             decision.sizing,
             prev_tiers,
             decision.disk_status,
@@ -628,7 +544,7 @@ def _size(
         render_verdicts.append(dropped)
     status["sizing"] = sp.to_status()["sizing"]
     status["cpuTier"] = short_quantity(sp.sizing.cpu_bytes_to_use)
-    status["diskTier"] = _disk_tier_text(sp, eff, decision.disk_status.get("capacityQuantity"))
+    status["diskTier"] = disk_tier_text(sp, eff, decision.disk_status.get("capacityQuantity"))
     fits = "fits" if sp.sizing.fits_in_cpu else "does not fit"
     where = (
         f"on {len(place.eligible_nodes)} eligible node(s)"
@@ -662,7 +578,7 @@ def _render(
     tier_meta = facts.tier.get("metadata") or {}
     ref = TierRef(str(tier_meta.get("namespace")), str(tier_meta.get("name")), tier_meta.get("uid"))
     assert facts.target is not None
-    summary = _plan_summary(sp, decision.mode)
+    summary = plan_summary(sp, decision.mode)
     scheduler_configmap = referenced_configmap(facts.target, facts.scheduler_configmaps)
     try:
         result = render_writes(
