@@ -369,14 +369,14 @@ def test_event_body_names_the_tier_and_caps_the_message() -> None:
 
 
 def test_spec_and_policy_are_parsed_once_per_content() -> None:
-    from kvtier.policy import decide as decide_module
+    from kvtier.policy.parse_cache import parse
 
     spec = {"disk": {"type": "Auto", "nvme": {"pool": "local-nvme"}}}
     policy_spec: dict[str, Any] = dict(POLICY["spec"])  # type: ignore[call-overload]
-    first = decide_module._parse(tier(**spec)["spec"], policy_spec)
-    assert decide_module._parse(tier(**spec)["spec"], policy_spec) is first  # kept
+    first = parse(tier(**spec)["spec"], policy_spec)
+    assert parse(tier(**spec)["spec"], policy_spec) is first  # kept
     # Any change of either body is new content: the memo never answers for the old one.
-    other_tier = decide_module._parse(tier(**spec, mode="Apply")["spec"], policy_spec)
+    other_tier = parse(tier(**spec, mode="Apply")["spec"], policy_spec)
     assert other_tier is not first and other_tier.settings.mode.value.value == "Apply"
     planning = {"spec": {**policy_spec, "defaults": {"mode": "Plan"}}}
     modeless = tier(disk={"type": "None"})

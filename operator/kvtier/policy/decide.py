@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
-
-from pydantic import ValidationError
 
 from kvtier.api.common import quantity_bytes
 from kvtier.api.policy import KVCachePolicySpec, NonBeneficialAction
@@ -25,6 +23,7 @@ from kvtier.policy.conditions import FALSE, TRUE, UNKNOWN, Verdict, flipped, mer
 from kvtier.policy.contract import Decision, Facts, meta
 from kvtier.policy.events import READY_APPLIED, Event, newsworthy
 from kvtier.policy.gate import ObservedEvidence, gate_tier, plan_share
+from kvtier.policy.parse_cache import parse
 from kvtier.policy.placement import Placement, placement
 from kvtier.policy.probing import ProbeStep, plan_probe
 from kvtier.policy.provisioning import (
@@ -61,12 +60,7 @@ from kvtier.render.probe_job import CephFSProbeVolume, NVMeProbeVolume
 from kvtier.render.quantities import to_quantity
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
 from kvtier.render.writes import prune_writes, render_writes
-from kvtier.settings import (
-    BUILTIN_DEFAULTS,
-    EffectiveSettings,
-    effective_settings,
-    with_target_vllm_version,
-)
+from kvtier.settings import BUILTIN_DEFAULTS, EffectiveSettings, with_target_vllm_version
 from kvtier.sizing import (
     SizingError,
     SizingInput,
@@ -327,58 +321,13 @@ def _policy_verdict(
     )
 
 
-@dataclass(frozen=True)
-class _Parsed:
-    """A tier spec and the policy, parsed and merged into the settings the tier runs with."""
-
-    spec: KVCacheTierSpec
-    policy: KVCachePolicySpec | None
-    policy_error: str | None  # the first validation message of an invalid policy
-    settings: EffectiveSettings
-    effective: tuple[Mapping[str, str], ...]  # status.effective rows
-
-
-def _fingerprint(spec: Mapping[str, Any]) -> str:
-    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
-
-
-# A spec changes far less often than its tier is decided (twice per Apply reconcile, once
-# more per watch event of its target or owned objects): parsed and merged once per content.
-_PARSED: dict[tuple[str, str | None], _Parsed] = {}
-PARSED_KEPT = 2048
-
-
-def _parse(spec_body: Mapping[str, Any], policy_body: Mapping[str, Any] | None) -> _Parsed:
-    key = (_fingerprint(spec_body), None if policy_body is None else _fingerprint(policy_body))
-    hit = _PARSED.get(key)
-    if hit is None:
-        hit = _parse_new(spec_body, policy_body)
-        if len(_PARSED) >= PARSED_KEPT:
-            del _PARSED[next(iter(_PARSED))]  # the oldest
-        _PARSED[key] = hit
-    return hit
-
-
-def _parse_new(spec_body: Mapping[str, Any], policy_body: Mapping[str, Any] | None) -> _Parsed:
-    spec = KVCacheTierSpec.model_validate(spec_body)
-    policy: KVCachePolicySpec | None = None
-    error: str | None = None
-    if policy_body is not None:
-        try:
-            policy = KVCachePolicySpec.model_validate(policy_body)
-        except ValidationError as exc:
-            error = exc.errors()[0]["msg"]
-    eff = effective_settings(spec, policy)
-    return _Parsed(spec, policy, error, eff, tuple(e.to_k8s() for e in eff.entries()))
-
-
 def decide(facts: Facts) -> Decision:
     """Conditions, sizing, tiers and plan for one KVCacheTier."""
     tier = facts.tier
     generation = meta(tier, "generation")
     previous = (tier.get("status") or {}).get("conditions") or []
     prev_tiers = (tier.get("status") or {}).get("tiers") or []
-    parsed = _parse(
+    parsed = parse(
         tier.get("spec") or {}, None if facts.policy is None else facts.policy.get("spec") or {}
     )
     spec, policy, eff = parsed.spec, parsed.policy, parsed.settings
