@@ -16,13 +16,19 @@ from kvtier.api.common import quantity_bytes
 from kvtier.api.policy import KVCachePolicySpec, NonBeneficialAction
 from kvtier.api.tier import ConditionType, DiskType, KVCacheTierSpec, Mode, ValueSource
 from kvtier.names import FINALIZER
-from kvtier.observe.status import DISK_TIERS
 from kvtier.policy.atomic import atomic_verdict
 from kvtier.policy.capacity import capacity_verdict
 from kvtier.policy.conditions import FALSE, TRUE, UNKNOWN, Verdict, flipped, merge_conditions
 from kvtier.policy.contract import Decision, Facts, meta
 from kvtier.policy.events import READY_APPLIED, Event, newsworthy
-from kvtier.policy.gate import ObservedEvidence, gate_tier, plan_share
+from kvtier.policy.gate import gate_tier, plan_share
+from kvtier.policy.observed_health import (
+    disk_pressure,
+    measured_prefill,
+    observed_evidence,
+    set_used_bytes,
+    tier_effective,
+)
 from kvtier.policy.parse_cache import parse
 from kvtier.policy.placement import Placement, placement
 from kvtier.policy.probing import ProbeStep, plan_probe
@@ -401,12 +407,12 @@ def decide(facts: Facts) -> Decision:
         decision.probe = None
     verdicts.append(_ready(verdicts, mode))
     # After Ready: whether a tier pays off never blocks it.
-    effective = _tier_effective(facts, policy)
+    effective = tier_effective(facts, policy)
     if effective is not None:
         verdicts.append(effective[0])
         status["observed"] = effective[1]
     disk_tier = DISK_TIER_NAMES.get(decision.sizing.disk or "") if decision.sizing else None
-    pressure = _disk_pressure(facts, policy, disk_tier)
+    pressure = disk_pressure(facts, policy, disk_tier)
     if pressure is not None:
         verdicts.append(pressure[0])
     status["conditions"] = merge_conditions(previous, verdicts, generation, facts.now)
@@ -427,7 +433,7 @@ def decide(facts: Facts) -> Decision:
         else None
     )
     if pressure is not None and status["tiers"]:
-        _set_used_bytes(status["tiers"], prev_tiers, str(disk_tier), pressure[1])
+        set_used_bytes(status["tiers"], prev_tiers, str(disk_tier), pressure[1])
     return decision
 
 
@@ -765,9 +771,9 @@ def _beneficial(
         # moves the stored bytes of it (groups, windows and copies as vLLM lays them out).
         share=plan_share(sp),
         bytes_per_token=max(1, sp.sizing.context_bytes // sp.input.average_context_tokens),
-        observed=_observed_evidence(spec, facts),
+        observed=observed_evidence(spec, facts),
     )
-    if _measured_prefill(spec, facts) is not None:
+    if measured_prefill(spec, facts) is not None:
         verdict = replace(
             verdict, message=f"{verdict.message}; t_prefill measured from vLLM's metrics"
         )
@@ -830,87 +836,8 @@ def _ready(verdicts: Sequence[Verdict], mode: str) -> Verdict:
     )
 
 
-def _measured_prefill(spec: KVCacheTierSpec, facts: Facts) -> float | None:
-    """Prefill seconds per token measured from vLLM's metrics (kvtier.observe), used when no
-    spec.probe.baselineTTFTSeconds is typed."""
-    obs = facts.observation
-    if spec.probe is not None and spec.probe.baseline_ttft_seconds is not None:
-        return None
-    return None if obs is None or obs.t_prefill is None else obs.t_prefill.seconds_per_token
-
-
 def _with_measured_prefill(inp: SizingInput, spec: KVCacheTierSpec, facts: Facts) -> SizingInput:
-    measured = _measured_prefill(spec, facts)
+    measured = measured_prefill(spec, facts)
     if measured is None or inp.prefill_seconds_per_token is not None:
         return inp
     return record.replace(inp, prefill_seconds_per_token=measured)
-
-
-def _observed_evidence(spec: KVCacheTierSpec, facts: Facts) -> ObservedEvidence | None:
-    """TierEffective as the gate's evidence: the server's own counters outrank the model."""
-    obs = facts.observation
-    if obs is None:
-        return None
-    state = obs.state
-    return ObservedEvidence(
-        state.status, state.reason, state.message, _measured_prefill(spec, facts)
-    )
-
-
-def _disk_pressure(
-    facts: Facts, policy: KVCachePolicySpec | None, disk_tier: str | None
-) -> tuple[Verdict, int | None] | None:
-    """DiskPressure and the used bytes of an NVMe or CephFS tier, from its evictor's gauges
-    (kvtier.observe.disk); until the first reading, what the status already says."""
-    if policy is None or policy.metrics is None or disk_tier not in DISK_TIERS:
-        return None
-    kind = ConditionType.DISK_PRESSURE.value
-    obs = facts.observation
-    disk = obs.disk if obs is not None else None
-    if disk is None or disk.tier != disk_tier:
-        status = facts.tier.get("status") or {}
-        cond = next((c for c in status.get("conditions") or [] if c.get("type") == kind), None)
-        if cond is None:
-            return Verdict(
-                kind,
-                UNKNOWN,
-                "AwaitingMetrics",
-                "the first reading of the evictor's metrics is pending",
-            ), None
-        return Verdict(kind, cond["status"], cond["reason"], cond["message"]), None
-    state = disk.state
-    return Verdict(kind, state.status, state.reason, state.message), disk.used_bytes
-
-
-def _set_used_bytes(
-    tiers: list[dict[str, Any]], previous: Sequence[Any], name: str, used: int | None
-) -> None:
-    """usedBytes of the disk tier: the latest reading, else the one last written."""
-    if used is None:
-        old = next((t for t in previous if isinstance(t, Mapping) and t.get("name") == name), {})
-        used = old.get("usedBytes")
-    for entry in tiers:
-        if entry["name"] == name and used is not None:
-            entry["usedBytes"] = used
-
-
-def _tier_effective(facts: Facts, policy: KVCachePolicySpec | None) -> tuple[Verdict, Any] | None:
-    """TierEffective and status.observed from the latest reading of the target's vLLM
-    metrics; until the first one, what the status already says (a restart loses nothing)."""
-    if policy is None or policy.metrics is None:
-        return None
-    kind = ConditionType.TIER_EFFECTIVE.value
-    status = facts.tier.get("status") or {}
-    obs = facts.observation
-    if obs is None:
-        cond = next((c for c in status.get("conditions") or [] if c.get("type") == kind), None)
-        if cond is None:
-            return Verdict(
-                kind, UNKNOWN, "AwaitingMetrics", "the first reading of vLLM's metrics is pending"
-            ), None
-        return Verdict(kind, cond["status"], cond["reason"], cond["message"]), status.get(
-            "observed"
-        )
-    state = obs.state
-    observed = obs.observed if obs.observed is not None else status.get("observed")
-    return Verdict(kind, state.status, state.reason, state.message), observed
