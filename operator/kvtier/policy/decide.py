@@ -22,6 +22,7 @@ from kvtier.policy.conditions import FALSE, TRUE, UNKNOWN, Verdict, flipped, mer
 from kvtier.policy.contract import Decision, Facts, meta
 from kvtier.policy.events import READY_APPLIED, Event, newsworthy
 from kvtier.policy.gate import gate_tier, plan_share
+from kvtier.policy.kv_cache_dtype import kv_cache_dtype_flag, kv_cache_dtype_to_size, users_flags
 from kvtier.policy.observed_health import (
     disk_pressure,
     measured_prefill,
@@ -75,13 +76,10 @@ from kvtier.sizing import (
     plan,
     record,
     resolve_geometry,
-    resolve_kv_dtype,
 )
 from kvtier.sizing.releases import vllm_release
 from kvtier.targets.facts import TargetFacts
-from kvtier.targets.pod import own_kv_cache_dtype
 from kvtier.targets.registry import target_facts
-from kvtier.targets.server_flags import ServerFlags
 
 STORAGE_KINDS = ("PersistentVolume", "PersistentVolumeClaim")
 MAX_CONFIG_BYTES = 1024 * 1024  # a real config.json is a few KiB; refuse what cannot be one
@@ -174,7 +172,7 @@ def _sizing_input(
         concurrent_sessions=spec.workload.concurrent_sessions,
         replicas=target.replicas,
         tensor_parallel_size=tp,
-        kv_cache_dtype=_kv_cache_dtype(eff, flags, geo.model_dtype),
+        kv_cache_dtype=kv_cache_dtype_to_size(eff, flags, geo.model_dtype),
         block_tokens=eff.block_size_tokens.value,
         gpu_block_tokens=flags.gpu_block_tokens or BUILTIN_DEFAULTS.block_size_tokens,
         vllm_version=version.value,
@@ -211,59 +209,6 @@ def _target_facts(obj: Mapping[str, Any]) -> TargetFacts | Verdict:
         return target_facts(obj)
     except RenderError as exc:
         return Verdict(exc.condition, FALSE, exc.reason, exc.message)
-
-
-def _users_flags(target: TargetFacts, obj: Mapping[str, Any]) -> TargetFacts:
-    """The target's facts without the --kv-cache-dtype kvtier itself passes (its record says
-    which): sizing follows the user's flags, and kvtier's own one is re-rendered each time."""
-    own = own_kv_cache_dtype(obj)
-    if own is None or target.server.kv_cache_dtype != own:
-        return target
-    return replace(target, server=replace(target.server, kv_cache_dtype=None))
-
-
-def kv_cache_dtype_flag(eff: EffectiveSettings, flags: ServerFlags) -> str | None:
-    """The --kv-cache-dtype kvtier passes: the tier's or the policy's dtype, when the target
-    passes none (a target that passes another is refused by _kv_cache_dtype)."""
-    asked = eff.kv_cache_dtype
-    if asked.source is ValueSource.DEFAULT or flags.kv_cache_dtype is not None:
-        return None
-    return None if asked.value.value == "auto" else asked.value.value
-
-
-def _kv_cache_dtype(eff: EffectiveSettings, flags: ServerFlags, model_dtype: str) -> str:
-    """The dtype to size with: the target's --kv-cache-dtype, else the tier's or the policy's
-    (which kvtier then passes); a target passing another than the one asked is refused (the
-    tier would be sized for bytes vLLM never uses). Compared as vLLM resolves them: `auto` is
-    the model's dtype, fp8_e4m3 is fp8."""
-    asked = eff.kv_cache_dtype
-    served = flags.kv_cache_dtype or "auto"
-    wanted = asked.value.value
-
-    def resolved(dtype: str) -> str:
-        try:
-            return resolve_kv_dtype(dtype, model_dtype)[0].split("_", 1)[0]
-        except SizingError:
-            return dtype  # an unknown name: sizing names the field and the rule
-
-    if (
-        asked.source is ValueSource.DEFAULT
-        or wanted == "auto"
-        or resolved(wanted) == resolved(served)
-    ):
-        return served
-    if flags.kv_cache_dtype is None:
-        return wanted  # kvtier passes --kv-cache-dtype itself (kv_cache_dtype_flag)
-    where = (
-        "spec.model.kvCacheDtype"
-        if asked.source is ValueSource.TIER
-        else "the KVCachePolicy's defaults.kvCacheDtype"
-    )
-    raise sized_false(
-        "KVCacheDtypeMismatch",
-        f"{where} is {wanted}, but the target passes --kv-cache-dtype {served}: make them "
-        "the same, or drop the setting (kvtier then sizes for the target's)",
-    )
 
 
 def _available_disks(
@@ -370,7 +315,7 @@ def decide(facts: Facts) -> Decision:
     elif isinstance(found := _target_facts(facts.target), Verdict):
         verdicts.append(found)
     else:
-        target = _users_flags(found, facts.target)
+        target = users_flags(found, facts.target)
         decision.target = target
         verdicts.append(
             Verdict(
