@@ -12,11 +12,12 @@ from dataclasses import replace
 from typing import Any
 
 from kvtier.api.common import quantity_bytes
-from kvtier.api.policy import KVCachePolicySpec, NonBeneficialAction
-from kvtier.api.tier import ConditionType, DiskType, KVCacheTierSpec, Mode
+from kvtier.api.policy import NonBeneficialAction
+from kvtier.api.tier import ConditionType, KVCacheTierSpec, Mode
 from kvtier.names import FINALIZER
 from kvtier.policy.atomic import atomic_verdict
 from kvtier.policy.capacity import capacity_verdict
+from kvtier.policy.compliance import policy_verdict
 from kvtier.policy.conditions import FALSE, TRUE, UNKNOWN, Verdict, flipped, merge_conditions
 from kvtier.policy.contract import Decision, Facts, meta
 from kvtier.policy.events import READY_APPLIED, Event, newsworthy
@@ -82,41 +83,6 @@ def _target_facts(obj: Mapping[str, Any]) -> TargetFacts | Verdict:
         return target_facts(obj)
     except RenderError as exc:
         return Verdict(exc.condition, FALSE, exc.reason, exc.message)
-
-
-def _policy_verdict(
-    spec: KVCacheTierSpec,
-    eff: EffectiveSettings,
-    policy: KVCachePolicySpec | None,
-    problems: list[tuple[str, str]],
-) -> Verdict:
-    problems = list(problems)
-    wanted = spec.disk.nvme.pool if spec.disk and spec.disk.nvme else None
-    if wanted and eff.nvme_pool is None:
-        defined = sorted(p.name for p in (policy.nvme_pools or [])) if policy else []
-        problems.append(
-            (
-                "UnknownNVMePool",
-                f"spec.disk.nvme.pool: pool {wanted!r} is not defined in KVCachePolicy 'cluster' "
-                f"(defined: {', '.join(defined) or 'none'})",
-            )
-        )
-    if eff.disk_type.value == DiskType.OBJECT_STORE and not eff.object_store_allowed.value:
-        problems.append(
-            (
-                "ObjectStoreNotAllowed",
-                "spec.disk.type: ObjectStore tiers are not allowed by KVCachePolicy 'cluster' "
-                "(objectStore.allowed is false): their p99 latency lands directly in TTFT",
-            )
-        )
-    if not problems:
-        return Verdict(
-            ConditionType.POLICY_COMPLIANT.value, TRUE, "Compliant", "within KVCachePolicy limits"
-        )
-    reason = problems[0][0]
-    return Verdict(
-        ConditionType.POLICY_COMPLIANT.value, FALSE, reason, "; ".join(m for _, m in problems)
-    )
 
 
 def decide(facts: Facts) -> Decision:
@@ -186,7 +152,7 @@ def decide(facts: Facts) -> Decision:
                 )
             )
     if not any(v.type == ConditionType.POLICY_COMPLIANT.value for v in verdicts):
-        verdicts.append(_policy_verdict(spec, eff, policy, decision.policy_problems))
+        verdicts.append(policy_verdict(spec, eff, policy, decision.policy_problems))
     blocking = {
         ConditionType.TARGET_FOUND,
         ConditionType.SIZED,
