@@ -24,8 +24,9 @@ from kvtier.controller.policy_reconciler import POLICY_KEY, PolicyReconciler
 from kvtier.controller.runtime import Runtime
 from kvtier.kube.rest import Kube
 from kvtier.names import FINALIZER
+from kvtier.policy.claims import claim_key
 from kvtier.policy.contract import DEFAULT_PROBE_IMAGE, Decision, Facts
-from kvtier.policy.decide import claim_key, decide
+from kvtier.policy.decide import decide
 from kvtier.policy.events import Event, announce
 from kvtier.policy.provisioning import object_key, pending_writes, removal_writes
 from kvtier.policy.scheduler import removal_configmap_writes

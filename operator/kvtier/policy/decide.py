@@ -14,9 +14,9 @@ from typing import Any
 from kvtier.api.common import quantity_bytes
 from kvtier.api.policy import NonBeneficialAction
 from kvtier.api.tier import ConditionType, KVCacheTierSpec, Mode
-from kvtier.names import FINALIZER
 from kvtier.policy.atomic import atomic_verdict
 from kvtier.policy.capacity import capacity_verdict
+from kvtier.policy.claims import claimed_by
 from kvtier.policy.compliance import policy_verdict
 from kvtier.policy.conditions import FALSE, TRUE, UNKNOWN, Verdict, flipped, merge_conditions
 from kvtier.policy.contract import Decision, Facts, meta
@@ -140,7 +140,7 @@ def decide(facts: Facts) -> Decision:
             )
         )
         verdicts.extend(_size(decision, spec, eff, target, facts))
-        claimed = _claimed_by(facts, mode)
+        claimed = claimed_by(facts, mode)
         if claimed is not None:
             verdicts.append(
                 Verdict(
@@ -422,28 +422,6 @@ def _render(
             verdicts.append(decision.probe.verdict)
     verdicts.extend(_beneficial(sp, spec, eff, decision, facts))
     return verdicts
-
-
-def _claimed_by(facts: Facts, mode: str) -> str | None:
-    """The older Apply-mode tier that owns this tier's target, if any: two tiers applying to
-    one model server would overwrite each other forever."""
-    if mode != Mode.APPLY:
-        return None
-    me = claim_key(facts.tier)
-    older = sorted(r for r in facts.rivals if r < me)
-    return older[0][2] if older else None
-
-
-def claim_key(tier: Mapping[str, Any]) -> tuple[int, str, str]:
-    """Who owns a contested target: a tier that has already applied (holds kvtier's
-    finalizer) before one that has not, then the older, then by name (timestamps are whole
-    seconds)."""
-    holds = FINALIZER in (meta(tier, "finalizers") or [])
-    return (
-        0 if holds else 1,
-        str(meta(tier, "creationTimestamp") or ""),
-        str(meta(tier, "name")),
-    )
 
 
 def _pod_owned(obj: Mapping[str, Any]) -> bool:
