@@ -32,7 +32,7 @@ from kvtier.policy.observed_health import (
 )
 from kvtier.policy.parse_cache import parse
 from kvtier.policy.placement import Placement, placement
-from kvtier.policy.probing import ProbeStep, plan_probe
+from kvtier.policy.probe_step import probe_step
 from kvtier.policy.provisioning import (
     applied_verdict,
     disk_tier_status,
@@ -55,16 +55,10 @@ from kvtier.policy.status_shape import (
     short_quantity,
     status_tiers,
 )
-from kvtier.render import DesiredWrite, RenderError, RenderResult, TierRef
-from kvtier.render.nvme import (
-    eligible_nodes,
-    nvme_capacity_bytes,
-    nvme_claim_spec,
-    recycle_released_volumes,
-)
+from kvtier.render import RenderError, RenderResult, TierRef
+from kvtier.render.nvme import eligible_nodes, nvme_capacity_bytes, recycle_released_volumes
 from kvtier.render.nvme_class import binding_warning
 from kvtier.render.picker_version import picker_layout
-from kvtier.render.probe_job import CephFSProbeVolume, NVMeProbeVolume
 from kvtier.render.quantities import to_quantity
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
 from kvtier.render.writes import prune_writes, render_writes
@@ -417,7 +411,7 @@ def _render(
     if synced is not None:
         verdicts.append(synced)
     if sp.disk in ("NVMe", "CephFS") and eff.probe_enabled.value:
-        decision.probe = _probe_step(ref, eff, sp, tier_writes, decision, provisioned.ok, facts)
+        decision.probe = probe_step(ref, eff, sp, tier_writes, decision, provisioned.ok, facts)
         if decision.probe.verdict is not None:
             verdicts.append(decision.probe.verdict)
     verdicts.extend(_beneficial(sp, spec, eff, decision, facts))
@@ -426,57 +420,6 @@ def _render(
 
 def _pod_owned(obj: Mapping[str, Any]) -> bool:
     return any(r.get("kind") == "Pod" for r in meta(obj, "ownerReferences") or [])
-
-
-def _probe_step(
-    ref: TierRef,
-    eff: EffectiveSettings,
-    sp: SizingPlan,
-    tier_writes: Sequence[DesiredWrite],
-    decision: Decision,
-    provisioned: bool,
-    facts: Facts,
-) -> ProbeStep:
-    volume: NVMeProbeVolume | CephFSProbeVolume
-    if sp.disk == "NVMe" and eff.nvme_pool is not None:
-        pv = next((w for w in tier_writes if w.kind == "PersistentVolume"), None)
-        capacity = quantity_bytes(  # a StorageClass pool has no PV, only its claim size
-            pv.body["spec"]["capacity"]["storage"]
-            if pv
-            else decision.disk_status["capacityQuantity"]
-        )
-        volume = NVMeProbeVolume(
-            nvme_claim_spec(ref, eff.nvme_pool, capacity), eff.nvme_pool.node_selector
-        )
-    else:
-        volume = CephFSProbeVolume(str(decision.disk_status.get("claimName", "")))
-    owned = list(facts.owned.values())
-    prev = next(
-        (
-            t.get("probe")
-            for t in (facts.tier.get("status") or {}).get("tiers") or []
-            if t.get("name") == DISK_TIER_NAMES[str(sp.disk)]
-        ),
-        None,
-    )
-    return plan_probe(
-        tier=ref,
-        generation=int(meta(facts.tier, "generation") or 0),
-        annotations=meta(facts.tier, "annotations") or {},
-        disk=str(sp.disk),
-        volume=volume,
-        provisioned=provisioned,
-        target=facts.target,
-        allow_while_serving=eff.probe_allow_while_serving.value,
-        previous=prev,
-        jobs=[o for o in owned if o.get("kind") == "Job"],
-        pods=[o for o in owned if o.get("kind") == "Pod"],
-        image=facts.probe_image,
-        block_bytes=sp.fio_block_size,
-        runtime_seconds=eff.probe_runtime_seconds.value,
-        now=facts.now,
-        schedule=eff.probe_schedule.value,
-    )
 
 
 def _beneficial(
