@@ -8,28 +8,20 @@ so status.plan always describes exactly what Apply mode writes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from kvtier.api.common import quantity_bytes
-from kvtier.api.policy import NonBeneficialAction
 from kvtier.api.tier import ConditionType, KVCacheTierSpec, Mode
 from kvtier.policy.atomic import atomic_verdict
+from kvtier.policy.benefit import drop_if_not_beneficial, tier_beneficial
 from kvtier.policy.capacity import capacity_verdict
 from kvtier.policy.claims import claimed_by
 from kvtier.policy.compliance import policy_verdict
-from kvtier.policy.conditions import FALSE, TRUE, UNKNOWN, Verdict, flipped, merge_conditions
+from kvtier.policy.conditions import FALSE, TRUE, Verdict, flipped, merge_conditions
 from kvtier.policy.contract import Decision, Facts, meta
 from kvtier.policy.events import READY_APPLIED, Event, newsworthy
-from kvtier.policy.gate import gate_tier, plan_share
 from kvtier.policy.kv_cache_dtype import kv_cache_dtype_flag, users_flags
-from kvtier.policy.observed_health import (
-    disk_pressure,
-    measured_prefill,
-    observed_evidence,
-    set_used_bytes,
-    tier_effective,
-)
+from kvtier.policy.observed_health import disk_pressure, set_used_bytes, tier_effective
 from kvtier.policy.parse_cache import parse
 from kvtier.policy.placement import Placement, placement
 from kvtier.policy.probe_step import probe_step
@@ -229,7 +221,7 @@ def _size(
                     f"over overhead {inp.memory_overhead_factor})",
                 )
             )
-        dropped = _drop_if_not_beneficial(sp, eff)
+        dropped = drop_if_not_beneficial(sp, eff)
         if dropped is not None:
             sp = plan(record.replace(inp, disk_type="None"))
         roles = role_plans(base, sp, target.roles, facts.nodes)
@@ -414,76 +406,12 @@ def _render(
         decision.probe = probe_step(ref, eff, sp, tier_writes, decision, provisioned.ok, facts)
         if decision.probe.verdict is not None:
             verdicts.append(decision.probe.verdict)
-    verdicts.extend(_beneficial(sp, spec, eff, decision, facts))
+    verdicts.extend(tier_beneficial(sp, spec, eff, decision, facts))
     return verdicts
 
 
 def _pod_owned(obj: Mapping[str, Any]) -> bool:
     return any(r.get("kind") == "Pod" for r in meta(obj, "ownerReferences") or [])
-
-
-def _beneficial(
-    sp: SizingPlan,
-    spec: KVCacheTierSpec,
-    eff: EffectiveSettings,
-    decision: Decision,
-    facts: Facts,
-) -> list[Verdict]:
-    """TierBeneficial from the latest probe of the chosen disk tier (restore vs recompute)."""
-    if sp.disk is None:
-        return []
-    step = decision.probe
-    probe = (step.result if step and step.result else None) or measured(
-        (facts.tier.get("status") or {}).get("tiers") or []
-    ).get(sp.disk)
-    if not probe or probe.get("p99Seconds") is None:
-        return []
-    verdict = gate_tier(
-        probe,
-        sp.sizing.block_bytes,
-        spec.workload.average_context_tokens,
-        spec.probe.baseline_ttft_seconds if spec.probe else None,
-        sp.disk,
-        eff.object_store_max_p99_seconds.value,
-        block_tokens=sp.input.block_tokens,
-        # Only the part of a prefix the CPU tier lacks comes from the disk tier, and a restore
-        # moves the stored bytes of it (groups, windows and copies as vLLM lays them out).
-        share=plan_share(sp),
-        bytes_per_token=max(1, sp.sizing.context_bytes // sp.input.average_context_tokens),
-        observed=observed_evidence(spec, facts),
-    )
-    if measured_prefill(spec, facts) is not None:
-        verdict = replace(
-            verdict, message=f"{verdict.message}; t_prefill measured from vLLM's metrics"
-        )
-    if verdict.beneficial is None and not verdict.degraded:
-        return [
-            Verdict(ConditionType.TIER_BENEFICIAL.value, UNKNOWN, verdict.reason, verdict.message)
-        ]
-    ok = bool(verdict.beneficial) and not verdict.degraded
-    return [
-        Verdict(
-            ConditionType.TIER_BENEFICIAL.value,
-            TRUE if ok else FALSE,
-            verdict.reason,
-            verdict.message,
-        )
-    ]
-
-
-def _drop_if_not_beneficial(sp: SizingPlan, eff: EffectiveSettings) -> Verdict | None:
-    """With nonBeneficialTier: Drop, a measured tier that loses to recompute is left out."""
-    if sp.disk is None or eff.non_beneficial_tier.value != NonBeneficialAction.DROP:
-        return None
-    chosen = next((t for t in sp.tiers if t.name == sp.disk), None)
-    if chosen is None or chosen.beneficial is not False:
-        return None
-    return Verdict(
-        ConditionType.TIER_BENEFICIAL.value,
-        FALSE,
-        "Dropped",
-        f"{sp.disk} tier left out (KVCachePolicy nonBeneficialTier: Drop): {chosen.reason}",
-    )
 
 
 def _ready(verdicts: Sequence[Verdict], mode: str) -> Verdict:
