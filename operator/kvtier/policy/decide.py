@@ -19,7 +19,7 @@ from kvtier.policy.claims import claimed_by
 from kvtier.policy.compliance import policy_verdict
 from kvtier.policy.conditions import FALSE, TRUE, Verdict, flipped, merge_conditions
 from kvtier.policy.contract import Decision, Facts, meta
-from kvtier.policy.events import READY_APPLIED, Event, newsworthy
+from kvtier.policy.events import Event, newsworthy
 from kvtier.policy.kv_cache_dtype import kv_cache_dtype_flag, users_flags
 from kvtier.policy.observed_health import disk_pressure, set_used_bytes, tier_effective
 from kvtier.policy.parse_cache import parse
@@ -35,6 +35,7 @@ from kvtier.policy.provisioning import (
     schema_mismatch_verdict,
     split_writes,
 )
+from kvtier.policy.ready import ready_verdict
 from kvtier.policy.refusals import SPEC_PATHS, Refusal, beyond_int64
 from kvtier.policy.roles import RolePlan, role_input, role_plans
 from kvtier.policy.scheduler import configmap_step, referenced_configmap, scheduler_verdict
@@ -149,7 +150,7 @@ def decide(facts: Facts) -> Decision:
         # Never act on a plan that failed a check: nothing half-applied, nothing probed.
         decision.writes = []
         decision.probe = None
-    verdicts.append(_ready(verdicts, mode))
+    verdicts.append(ready_verdict(verdicts, mode))
     # After Ready: whether a tier pays off never blocks it.
     effective = tier_effective(facts, policy)
     if effective is not None:
@@ -412,32 +413,3 @@ def _render(
 
 def _pod_owned(obj: Mapping[str, Any]) -> bool:
     return any(r.get("kind") == "Pod" for r in meta(obj, "ownerReferences") or [])
-
-
-def _ready(verdicts: Sequence[Verdict], mode: str) -> Verdict:
-    # A tier that loses to recompute is kept with a warning (or dropped): it never blocks.
-    failing = [
-        v
-        for v in verdicts
-        if not v.ok
-        and v.type not in (ConditionType.TIER_BENEFICIAL, ConditionType.SCHEDULER_SYNCED)
-    ]
-    sized = any(v.type == ConditionType.SIZED.value and v.ok for v in verdicts)
-    if failing:
-        first = failing[0]
-        return Verdict(ConditionType.READY.value, FALSE, first.reason, first.message)
-    if not sized:
-        return Verdict(ConditionType.READY.value, FALSE, "NotSized", "sizing has not run")
-    if mode == Mode.PLAN:
-        return Verdict(
-            ConditionType.READY.value,
-            TRUE,
-            "Planned",
-            "Plan mode: sized and reported; nothing applied (see status.plan)",
-        )
-    return Verdict(
-        ConditionType.READY.value,
-        TRUE,
-        READY_APPLIED,
-        "tiers provisioned and applied to the target",
-    )
