@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kvtier.api.common import quantity_bytes
 from kvtier.api.tier import ConditionType, KVCacheTierSpec, Mode
+from kvtier.policy.apply_step import apply_step
 from kvtier.policy.atomic import atomic_verdict
 from kvtier.policy.benefit import drop_if_not_beneficial, tier_beneficial
-from kvtier.policy.capacity import capacity_verdict
 from kvtier.policy.claims import claimed_by
 from kvtier.policy.compliance import policy_verdict
 from kvtier.policy.conditions import FALSE, TRUE, Verdict, flipped, merge_conditions
@@ -25,16 +24,7 @@ from kvtier.policy.observed_health import disk_pressure, set_used_bytes, tier_ef
 from kvtier.policy.parse_cache import parse
 from kvtier.policy.placement import Placement, placement
 from kvtier.policy.probe_step import probe_step
-from kvtier.policy.provisioning import (
-    applied_verdict,
-    disk_tier_status,
-    hold_unkept,
-    object_key,
-    pending_writes,
-    provisioned_verdict,
-    schema_mismatch_verdict,
-    split_writes,
-)
+from kvtier.policy.provisioning import split_writes
 from kvtier.policy.ready import ready_verdict
 from kvtier.policy.refusals import SPEC_PATHS, Refusal, beyond_int64
 from kvtier.policy.roles import RolePlan, role_input, role_plans
@@ -49,18 +39,14 @@ from kvtier.policy.status_shape import (
     status_tiers,
 )
 from kvtier.render import RenderError, RenderResult, TierRef
-from kvtier.render.nvme import eligible_nodes, nvme_capacity_bytes, recycle_released_volumes
 from kvtier.render.nvme_class import binding_warning
 from kvtier.render.picker_version import picker_layout
-from kvtier.render.quantities import to_quantity
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
-from kvtier.render.writes import prune_writes, render_writes
+from kvtier.render.writes import render_writes
 from kvtier.settings import EffectiveSettings, with_target_vllm_version
 from kvtier.sizing import SizingError, SizingPlan, cpu_tier_cap, plan, record
 from kvtier.targets.facts import TargetFacts
 from kvtier.targets.registry import target_facts
-
-STORAGE_KINDS = ("PersistentVolume", "PersistentVolumeClaim")
 
 
 def _target_facts(obj: Mapping[str, Any]) -> TargetFacts | Verdict:
@@ -347,59 +333,9 @@ def _render(
     decision.desired = tier_writes
     if decision.mode != Mode.APPLY:
         return []
-    observed = dict(facts.owned)
-    if facts.target is not None:
-        t_meta = facts.target.get("metadata") or {}
-        observed[(target.kind, t_meta.get("namespace"), str(t_meta.get("name")))] = facts.target
-    for configmap in facts.scheduler_configmaps:
-        observed[object_key(configmap)] = configmap
-    storage = [
-        o
-        for o in facts.owned.values()
-        if o.get("kind") in STORAGE_KINDS and not _pod_owned(o)  # not a pod's ephemeral claim
-    ]
-    evictors = [o for o in facts.owned.values() if o.get("kind") == "Deployment"]
-    cleanup = [
-        *prune_writes(ref, [*storage, *evictors], tier_writes),
-        *recycle_released_volumes(storage),
-    ]
-    pending = pending_writes([*cleanup, *tier_writes], observed)
-    decision.writes, held = hold_unkept(pending, facts.unkept, observed)
-    decision.held = [w for w, _ in held]
-    target_writes = [w for w in tier_writes if w.kind == target.kind]
-    decision.disk_status = disk_tier_status(sp.disk, tier_writes, observed)
-    applied = (
-        schema_mismatch_verdict(held) if held else applied_verdict(target_writes, facts.target)
+    provisioned, applied = apply_step(
+        decision, spec, sp, target, facts, place, ref, tier_writes, class_pool, storage_class
     )
-    decision.applied = applied.ok
-    provisioned = provisioned_verdict(sp.disk, tier_writes, observed)
-    if class_pool is not None and class_name is not None:
-        requested = spec.disk.nvme.size if spec.disk and spec.disk.nvme else None
-        claim_bytes = nvme_capacity_bytes(
-            None if requested is None else quantity_bytes(requested), class_pool
-        )
-        nodes = [
-            n
-            for n in eligible_nodes(facts.nodes, class_pool.node_selector)
-            if meta(n, "name") in place.eligible_nodes
-        ]
-        provisioned = capacity_verdict(
-            class_pool.name,
-            class_name,
-            storage_class,
-            facts.capacities,
-            nodes,
-            claim_bytes,
-            target.replicas,
-            applied.ok,
-        )
-        decision.disk_status = {
-            "capacityQuantity": to_quantity(claim_bytes),
-            "ready": provisioned.ok and applied.ok,
-        }
-        if not provisioned.ok:
-            # Claims no node can provision would leave the restarted model server Pending.
-            decision.writes = [w for w in decision.writes if w.action == "Delete"]
     verdicts = [provisioned, applied]
     if synced is not None:
         verdicts.append(synced)
@@ -409,7 +345,3 @@ def _render(
             verdicts.append(decision.probe.verdict)
     verdicts.extend(tier_beneficial(sp, spec, eff, decision, facts))
     return verdicts
-
-
-def _pod_owned(obj: Mapping[str, Any]) -> bool:
-    return any(r.get("kind") == "Pod" for r in meta(obj, "ownerReferences") or [])
