@@ -42,31 +42,48 @@ def kind_schema(document: Mapping[str, Any], api_version: str, kind: str) -> dic
                 version,
                 kind,
             ):
-                resolved: dict[str, Any] = _resolved(schema, schemas, depth=0)
+                resolved: dict[str, Any] = _Resolver(schemas).node(schema)
                 return resolved
     return None
 
 
-def _resolved(node: Any, schemas: Mapping[str, Any], depth: int) -> Any:
-    """`node` with every `$ref` into the document's components replaced by its target, and a
-    lone `allOf` (how OpenAPI v3 wraps a `$ref` with siblings) folded in. The depth bound
-    keeps a recursive schema (JSONSchemaProps) finite: below it the node reads as unknown."""
-    if depth > 64:
-        return {}
-    if isinstance(node, Mapping):
-        ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith(_REF_PREFIX):
-            target = schemas.get(ref[len(_REF_PREFIX) :], {})
-            rest = {k: v for k, v in node.items() if k != "$ref"}
-            return _resolved({**target, **rest}, schemas, depth + 1)
-        out = {k: _resolved(v, schemas, depth + 1) for k, v in node.items() if k != "allOf"}
-        for part in node.get("allOf") or []:
-            for key, value in _resolved(part, schemas, depth + 1).items():
-                out.setdefault(key, value)
-        return out
-    if isinstance(node, list):
-        return [_resolved(v, schemas, depth + 1) for v in node]
-    return node
+class _Resolver:
+    """Replaces every `$ref` into the document's components by its target and folds a lone
+    `allOf` (how OpenAPI v3 wraps a `$ref` with siblings) in. Built-in kinds share component
+    types (ObjectMeta, Container, Quantity) everywhere: each is resolved once and the same
+    object reused, so the result stays as small as the document. A reference to a component
+    being resolved (a recursive schema such as JSONSchemaProps) reads as unknown."""
+
+    def __init__(self, schemas: Mapping[str, Any]) -> None:
+        self.schemas = schemas
+        self.done: dict[str, Any] = {}
+        self.open: set[str] = set()
+
+    def ref(self, name: str) -> Any:
+        if name in self.done:
+            return self.done[name]
+        if name in self.open:
+            return {}
+        self.open.add(name)
+        self.done[name] = self.node(self.schemas.get(name, {}))
+        self.open.discard(name)
+        return self.done[name]
+
+    def node(self, node: Any) -> Any:
+        if isinstance(node, Mapping):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith(_REF_PREFIX):
+                target = self.ref(ref[len(_REF_PREFIX) :])
+                rest = {k: v for k, v in node.items() if k != "$ref"}
+                return {**target, **self.node(rest)} if rest else target
+            out = {k: self.node(v) for k, v in node.items() if k != "allOf"}
+            for part in node.get("allOf") or []:
+                for key, value in self.node(part).items():
+                    out.setdefault(key, value)
+            return out
+        if isinstance(node, list):
+            return [self.node(v) for v in node]
+        return node
 
 
 def replaced_parts(
