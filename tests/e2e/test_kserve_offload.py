@@ -34,9 +34,10 @@ from kvtier.render.evictor import CONTAINER as EVICTOR
 from kvtier.render.evictor import EvictorSettings
 from kvtier.render.naming import DSHM_VOLUME, KV_CACHE_VOLUME
 from kvtier.sizing import ConnectorSettings
-from kvtier.targets.offload import Offload, PerPodClaim, SharedClaim, plan_offload
+from kvtier.targets.offload import Offload, plan_offload
 from kvtier.targets.pod import KV_FLAG
 from kvtier.targets.registry import target_patch
+from kvtier.tiers.base import PerPodClaim, SharedClaim
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "hack" / "oracles" / "kserve" / "build"

@@ -25,8 +25,8 @@ import pytest
 
 from kvtier.api.policy import KVCachePolicySpec
 from kvtier.api.tier import KVCacheTierSpec
-from kvtier.render.cephfs import replica1_filesystem
 from kvtier.settings import effective_settings
+from kvtier.tiers.cephfs import replica1_filesystem
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "hack" / "oracles" / "rook" / "build"

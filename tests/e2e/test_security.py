@@ -22,7 +22,8 @@ from kubernetes.client.exceptions import ApiException
 
 from kvtier.render.labels import MANAGED_BY, NVME_POOL, TIER_ID, TierRef
 from kvtier.render.naming import nvme_volume_name, tier_id
-from kvtier.render.probe_job import CephFSProbeVolume, NVMeProbeVolume, probe_job
+from kvtier.render.probe_job import probe_job
+from kvtier.tiers.base import PerPodClaim, ProbeVolume, SharedClaim
 from localcluster import LocalCluster, build_binaries, write_kubeconfig
 from tests.conftest import api_client
 from tests.e2e.audit import OPERATOR_USER
@@ -661,17 +662,20 @@ def test_shipped_pod_specs_pass_restricted_v2(source: str) -> None:
 @pytest.mark.parametrize("disk", ["NVMe", "CephFS"])
 def test_probe_job_passes_restricted_v2(disk: str) -> None:
     tier = TierRef("team-a", "nemotron", uid="0d3f0c5e-1111-2222-3333-444455556666")
-    volume: NVMeProbeVolume | CephFSProbeVolume = (
-        NVMeProbeVolume(
-            claim_spec={
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": f"kvtier-nvme-{POOL}",
-                "resources": {"requests": {"storage": "1Ti"}},
-            },
-            node_selector={"kubernetes.io/hostname": "gpu-node-0"},
+    volume: ProbeVolume = (
+        ProbeVolume(
+            "NVMe",
+            PerPodClaim(
+                {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": f"kvtier-nvme-{POOL}",
+                    "resources": {"requests": {"storage": "1Ti"}},
+                }
+            ),
+            {"kubernetes.io/hostname": "gpu-node-0"},
         )
         if disk == "NVMe"
-        else CephFSProbeVolume("kvtier-nemotron-cephfs")
+        else ProbeVolume("CephFS", SharedClaim("kvtier-nemotron-cephfs"))
     )
     job = probe_job(
         tier,

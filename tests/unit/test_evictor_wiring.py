@@ -21,14 +21,15 @@ from kvtier.names import APPLIED_ANNOTATION
 from kvtier.policy.provisioning import removal_writes
 from kvtier.render import DesiredWrite, RenderResult, TierRef
 from kvtier.render.evictor import CONTAINER
-from kvtier.render.evictor_writes import evictor_settings
 from kvtier.render.naming import KV_CACHE_VOLUME
 from kvtier.render.quantities import quantity_to_bytes
 from kvtier.render.writes import prune_writes, render_writes
 from kvtier.settings import effective_settings
 from kvtier.sizing import ConnectorSettings, SizingInput, lookup_model, plan
-from kvtier.targets.offload import Offload, PerPodClaim, SharedClaim, plan_offload
+from kvtier.targets.offload import Offload, plan_offload
 from kvtier.targets.registry import target_patch, unapply_writes
+from kvtier.tiers.base import PerPodClaim, SharedClaim
+from kvtier.tiers.common import evictor_settings
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GiB = 1 << 30

@@ -1,6 +1,6 @@
 """The package's layers import only downward (README, Layout): render/ never reaches into
-policy/, targets/ into neither, and the pure core (api, sizing, settings, targets, render,
-policy) never into I/O."""
+policy/, targets/ into neither, tiers/ into none of the three, and the pure core (api, sizing,
+settings, tiers, targets, render, policy) never into I/O."""
 
 from __future__ import annotations
 
@@ -12,12 +12,29 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "kvtier"
 IO_LAYERS = ("kvtier.controller", "kvtier.kube", "kvtier.observe")
 FORBIDDEN = {
-    "api": ("kvtier.policy", "kvtier.render", "kvtier.settings", *IO_LAYERS),
-    "sizing": ("kvtier.api", "kvtier.policy", "kvtier.render", "kvtier.settings", *IO_LAYERS),
+    "api": ("kvtier.policy", "kvtier.render", "kvtier.settings", "kvtier.tiers", *IO_LAYERS),
+    # Sizing keeps its own facts of each disk type (sizing/disk_types.py), never the registry's.
+    "sizing": (
+        "kvtier.api",
+        "kvtier.policy",
+        "kvtier.render",
+        "kvtier.settings",
+        "kvtier.tiers",
+        *IO_LAYERS,
+    ),
     "render": ("kvtier.policy", *IO_LAYERS),
     # The target kinds sit below render/ and policy/: of render/ they import only the
     # builders no target imports back (not render.writes, which asks the registry).
-    "targets": ("kvtier.policy", "kvtier.render.writes", "kvtier.settings", *IO_LAYERS),
+    "targets": (
+        "kvtier.policy",
+        "kvtier.render.writes",
+        "kvtier.settings",
+        "kvtier.tiers.registry",
+        *IO_LAYERS,
+    ),
+    # The tier types sit below the target kinds (which read only tiers.base), render.writes
+    # and policy/, which ask the registry.
+    "tiers": ("kvtier.policy", "kvtier.render.writes", "kvtier.targets", *IO_LAYERS),
     "policy": IO_LAYERS[:2],  # decide reads observations as values, never I/O itself
 }
 

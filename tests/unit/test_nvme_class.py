@@ -22,9 +22,8 @@ from kvtier.policy.contract import Decision
 from kvtier.policy.decide import decide
 from kvtier.policy.provisioning import policy_writes
 from kvtier.render.labels import TierRef
-from kvtier.render.nvme import nvme_claim_spec
-from kvtier.render.nvme_class import binding_warning, class_claim_spec, class_pool_note
 from kvtier.settings import nvme_pools
+from kvtier.tiers.nvme import binding_warning, class_claim_spec, class_pool_note, nvme_claim_spec
 from tests.unit.test_decide import NODES, facts, llmisvc, tier
 
 CLASS = "lvms-vg1"

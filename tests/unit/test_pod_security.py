@@ -15,12 +15,13 @@ import yaml
 
 from kvtier.render.labels import TierRef
 from kvtier.render.naming import DSHM_VOLUME, KV_CACHE_VOLUME
-from kvtier.render.probe_job import CephFSProbeVolume, NVMeProbeVolume, probe_job
+from kvtier.render.probe_job import probe_job
 from kvtier.render.result import DesiredWrite
 from kvtier.sizing import ConnectorSettings
 from kvtier.targets.base import Conflict
-from kvtier.targets.offload import Offload, PerPodClaim, SharedClaim, plan_offload
+from kvtier.targets.offload import Offload, plan_offload
 from kvtier.targets.registry import target_patch
+from kvtier.tiers.base import PerPodClaim, ProbeVolume, SharedClaim
 from tests.pod_security import (
     apply_writes,
     pod_from_target,
@@ -149,10 +150,10 @@ def test_the_check_refuses_each_breach(mutation: str) -> None:
 
 @pytest.mark.parametrize("disk", ["NVMe", "CephFS"])
 def test_probe_job_pod_passes_restricted(disk: str) -> None:
-    volume: NVMeProbeVolume | CephFSProbeVolume = (
-        NVMeProbeVolume(claim_spec=NVME_SPEC, node_selector={"kubernetes.io/hostname": "n0"})
+    volume: ProbeVolume = (
+        ProbeVolume("NVMe", PerPodClaim(NVME_SPEC), {"kubernetes.io/hostname": "n0"})
         if disk == "NVMe"
-        else CephFSProbeVolume("kvtier-nemotron-cephfs")
+        else ProbeVolume("CephFS", SharedClaim("kvtier-nemotron-cephfs"))
     )
     job = probe_job(
         TIER,

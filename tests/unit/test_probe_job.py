@@ -11,13 +11,12 @@ from kvtier.render.labels import TierRef
 from kvtier.render.probe_job import (
     MOUNT_PATH,
     PROBE_TIER,
-    CephFSProbeVolume,
-    NVMeProbeVolume,
     ProbeMessageError,
     parse_termination_message,
     probe_job,
     probe_job_name,
 )
+from kvtier.tiers.base import PerPodClaim, ProbeVolume, SharedClaim
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "fio"
 TIER = TierRef(namespace="llm", name="nemotron", uid="0b9e6c1e-5f0e-4a59-9c55-2f1f3a8d7c11")
@@ -28,11 +27,11 @@ CLAIM_SPEC = {
     "resources": {"requests": {"storage": "2Ti"}},
     "selector": {"matchLabels": {"kvcache.io/tier-id": TIER.id}},
 }
-NVME = NVMeProbeVolume(claim_spec=CLAIM_SPEC, node_selector={"node-role/gpu": "true"})
-CEPHFS = CephFSProbeVolume(claim_name="kvtier-nemotron-cephfs")
+NVME = ProbeVolume("NVMe", PerPodClaim(CLAIM_SPEC), {"node-role/gpu": "true"})
+CEPHFS = ProbeVolume("CephFS", SharedClaim("kvtier-nemotron-cephfs"))
 
 
-def _job(volume: NVMeProbeVolume | CephFSProbeVolume = NVME, **kwargs: Any) -> dict[str, Any]:
+def _job(volume: ProbeVolume = NVME, **kwargs: Any) -> dict[str, Any]:
     settings: dict[str, Any] = {
         "image": "quay.io/example/kvtier:0.1.0",
         "block_bytes": 4_194_304,

@@ -11,7 +11,8 @@ from kvtier.policy.probing import JOB_NAME, REPROBE_ANNOTATION, backoff, plan_pr
 from kvtier.policy.provisioning import pending_writes
 from kvtier.render import DesiredWrite
 from kvtier.render.labels import TierRef
-from kvtier.render.probe_job import PROBE_TIER, CephFSProbeVolume, probe_job_name
+from kvtier.render.probe_job import PROBE_TIER, probe_job_name
+from kvtier.tiers.base import ProbeVolume, SharedClaim
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 TIER = TierRef("llm", "llama", "uid-1")
@@ -44,7 +45,7 @@ def step(**kw: Any) -> Any:
         "generation": 2,
         "annotations": {},
         "disk": "CephFS",
-        "volume": CephFSProbeVolume("kvtier-llama-cephfs"),
+        "volume": ProbeVolume("CephFS", SharedClaim("kvtier-llama-cephfs")),
         "provisioned": True,
         "target": {},
         "allow_while_serving": False,

@@ -8,15 +8,18 @@ import pytest
 
 from kvtier.api.policy import KVCachePolicySpec, Retention, VolumeSource
 from kvtier.api.tier import KVCacheTierSpec
-from kvtier.render.cephfs import (
+from kvtier.render.labels import MANAGED_BY, NVME_POOL, RETENTION, TIER_ID, TierRef
+from kvtier.render.result import RenderError
+from kvtier.settings import NVMePoolSettings, effective_settings
+from kvtier.sizing import SizingInput, lookup_model, plan
+from kvtier.tiers.cephfs import (
     REPLICA1,
     cephfs_claim,
     cephfs_size_bytes,
     cephfs_storage_class_name,
     replica1_writes,
 )
-from kvtier.render.labels import MANAGED_BY, NVME_POOL, RETENTION, TIER_ID, TierRef
-from kvtier.render.nvme import (
+from kvtier.tiers.nvme import (
     eligible_nodes,
     nvme_capacity_bytes,
     nvme_claim_spec,
@@ -25,9 +28,6 @@ from kvtier.render.nvme import (
     nvme_volumes,
     recycle_released_volumes,
 )
-from kvtier.render.result import RenderError
-from kvtier.settings import NVMePoolSettings, effective_settings
-from kvtier.sizing import SizingInput, lookup_model, plan
 
 TiB = 1 << 40
 GiB = 1 << 30

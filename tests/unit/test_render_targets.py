@@ -18,9 +18,10 @@ from kvtier.render.naming import DSHM_VOLUME, KV_CACHE_VOLUME
 from kvtier.render.result import DesiredWrite, RenderError
 from kvtier.sizing import ConnectorSettings, kv_transfer_config
 from kvtier.targets.base import Conflict
-from kvtier.targets.offload import Offload, PerPodClaim, SharedClaim, plan_offload
+from kvtier.targets.offload import Offload, plan_offload
 from kvtier.targets.pod import memory_for
 from kvtier.targets.registry import target_patch, unapply_writes
+from kvtier.tiers.base import PerPodClaim, SharedClaim
 
 TARGETS = Path(__file__).resolve().parents[2] / "examples" / "targets"
 GiB = 1 << 30

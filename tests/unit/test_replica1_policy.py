@@ -19,7 +19,7 @@ from kvtier.policy.replica1 import (
     policy_step,
 )
 from kvtier.render import DesiredWrite
-from kvtier.render.cephfs import REPLICA1
+from kvtier.tiers.cephfs import REPLICA1
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 NS = "openshift-storage"

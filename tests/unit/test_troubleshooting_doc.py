@@ -1,8 +1,9 @@
 """docs/troubleshooting.md explains every condition and Event reason the operator can emit.
 
-The reasons are read from the source (policy/, render/, targets/, controller/, observe/) by their
-positions: the reason argument of Verdict, TierVerdict, Event, RenderError and the sizing
-refusals, the first element of a policy problem, and values assigned to names holding a reason.
+The reasons are read from the source (policy/, render/, targets/, tiers/, controller/, observe/)
+by their positions: the reason argument of Verdict, TierVerdict, Event, RenderError and the
+sizing refusals, the first element of a policy problem, and values assigned to names holding a
+reason.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = [
     REPO / "operator" / "kvtier" / d
-    for d in ("policy", "render", "targets", "controller", "observe")
+    for d in ("policy", "render", "targets", "tiers", "controller", "observe")
 ]
 DOC = REPO / "docs" / "troubleshooting.md"
 _CAMEL = re.compile(r"^[A-Z][A-Za-z0-9]+$")

@@ -34,8 +34,8 @@ from kvtier.observe.status import (
 )
 from kvtier.observe.verdict import Thresholds
 from kvtier.render.evictor import METRICS_PORT as EVICTOR_METRICS_PORT
-from kvtier.render.evictor import cephfs_evictor_name
 from kvtier.render.labels import TierRef
+from kvtier.tiers.registry import tier_by_status_name
 
 log = logging.getLogger("kvtier.observe")
 
@@ -228,15 +228,16 @@ class Observer:
     def _read_disk(
         self, st: Settings, facts: TierFacts, now: float
     ) -> tuple[Snapshot | None, Snapshot] | QueryError:
-        """The disk tier's evictor gauges now and a window back: the model-server pods'
-        sidecars for NVMe, the claim's evictor Deployment for CephFS."""
-        if facts.disk_tier == "cephfs":
-            if not facts.disk_claim:
-                return QueryError("NoClaim", "the CephFS tier has no claim, so no evictor yet")
-            tier = TierRef(facts.namespace, facts.name)
-            prefix = f"{cephfs_evictor_name(tier, facts.disk_claim)}-"
-        else:
-            prefix = f"{facts.target}-"
+        """The disk tier's evictor gauges now and a window back: the pods its type names
+        (kvtier.tiers): the model-server pods' sidecars for NVMe, the claim's evictor
+        Deployment for CephFS."""
+        tier_type = tier_by_status_name(facts.disk_tier)
+        tier = TierRef(facts.namespace, facts.name)
+        found = tier_type.evictor_pods(tier, facts.target, facts.disk_claim) if tier_type else None
+        if found is None:
+            what = tier_type.name if tier_type else facts.disk_tier
+            return QueryError("NoClaim", f"the {what} tier has no claim, so no evictor yet")
+        prefix = found
         if st.source == "Prometheus":
             assert self._client is not None
             sel = Selection(facts.namespace, prefix, st.namespace_label, st.pod_label)

@@ -26,10 +26,12 @@ from kvtier.observe.verdict import (
     settle,
     unavailable,
 )
+from kvtier.tiers.registry import TIERS as TIER_TYPES
 
 CONDITION = "TierEffective"
 REASON_WINDOW_FILLING = "WindowFilling"
-DISK_TIERS = ("nvme", "cephfs")  # the tiers kvtier evict keeps (an object store needs none)
+# status.tiers names of the tiers kvtier evict keeps ("nvme", "cephfs"; a bucket needs none).
+DISK_TIERS = tuple(t.status_name for t in TIER_TYPES if t.evicted)
 
 Source = Literal["Prometheus", "DirectScrape"]
 

@@ -22,12 +22,12 @@ from kvtier.policy.provisioning import (
     schema_mismatch_verdict,
 )
 from kvtier.render import DesiredWrite, TierRef
-from kvtier.render.nvme import eligible_nodes, nvme_capacity_bytes, recycle_released_volumes
 from kvtier.render.quantities import to_quantity
 from kvtier.render.writes import prune_writes
 from kvtier.settings import NVMePoolSettings
 from kvtier.sizing import SizingPlan
 from kvtier.targets.facts import TargetFacts
+from kvtier.tiers.nvme import eligible_nodes, nvme_capacity_bytes, recycle_released_volumes
 
 STORAGE_KINDS = ("PersistentVolume", "PersistentVolumeClaim")
 

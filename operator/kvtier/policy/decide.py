@@ -31,7 +31,6 @@ from kvtier.policy.roles import RolePlan, role_input, role_plans
 from kvtier.policy.scheduler import configmap_step, referenced_configmap, scheduler_verdict
 from kvtier.policy.sizing_input import available_disks, sizing_input, with_measured_prefill
 from kvtier.policy.status_shape import (
-    DISK_TIER_NAMES,
     disk_tier_text,
     measured,
     plan_summary,
@@ -39,7 +38,6 @@ from kvtier.policy.status_shape import (
     status_tiers,
 )
 from kvtier.render import RenderError, RenderResult, TierRef
-from kvtier.render.nvme_class import binding_warning
 from kvtier.render.picker_version import picker_layout
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
 from kvtier.render.writes import render_writes
@@ -47,6 +45,9 @@ from kvtier.settings import EffectiveSettings, with_target_vllm_version
 from kvtier.sizing import SizingError, SizingPlan, cpu_tier_cap, plan, record
 from kvtier.targets.facts import TargetFacts
 from kvtier.targets.registry import target_facts
+from kvtier.tiers.base import TierRequest
+from kvtier.tiers.nvme import binding_warning
+from kvtier.tiers.registry import CPU, find_disk_tier, status_name
 
 
 def _target_facts(obj: Mapping[str, Any]) -> TargetFacts | Verdict:
@@ -142,7 +143,7 @@ def decide(facts: Facts) -> Decision:
     if effective is not None:
         verdicts.append(effective[0])
         status["observed"] = effective[1]
-    disk_tier = DISK_TIER_NAMES.get(decision.sizing.disk or "") if decision.sizing else None
+    disk_tier = status_name(decision.sizing.disk) if decision.sizing else None
     pressure = disk_pressure(facts, policy, disk_tier)
     if pressure is not None:
         verdicts.append(pressure[0])
@@ -229,7 +230,7 @@ def _size(
     if dropped is not None:
         render_verdicts.append(dropped)
     status["sizing"] = sp.to_status()["sizing"]
-    status["cpuTier"] = short_quantity(sp.sizing.cpu_bytes_to_use)
+    status["cpuTier"] = CPU.status_text(sp, eff, None)
     status["diskTier"] = disk_tier_text(sp, eff, decision.disk_status.get("capacityQuantity"))
     fits = "fits" if sp.sizing.fits_in_cpu else "does not fit"
     where = (
@@ -339,9 +340,13 @@ def _render(
     verdicts = [provisioned, applied]
     if synced is not None:
         verdicts.append(synced)
-    if sp.disk in ("NVMe", "CephFS") and eff.probe_enabled.value:
-        decision.probe = probe_step(ref, eff, sp, tier_writes, decision, provisioned.ok, facts)
-        if decision.probe.verdict is not None:
-            verdicts.append(decision.probe.verdict)
+    disk = find_disk_tier(sp.disk)
+    if disk is not None and eff.probe_enabled.value:
+        request = TierRequest(ref, spec, eff, sp, facts.nodes, target.replicas, facts.probe_image)
+        volume = disk.probe_volume(request, tier_writes, decision.disk_status)
+        if volume is not None:  # fio measures a volume: a bucket has none
+            decision.probe = probe_step(ref, disk, volume, eff, sp, provisioned.ok, facts)
+            if decision.probe.verdict is not None:
+                verdicts.append(decision.probe.verdict)
     verdicts.extend(tier_beneficial(sp, spec, eff, decision, facts))
     return verdicts

@@ -17,7 +17,8 @@ from typing import Any, Literal
 from kvtier.api.tier import ProbeResult
 from kvtier.settings import BUILTIN_DEFAULTS
 from kvtier.sizing import SizingPlan, assess_tier, normalize_disk_type
-from kvtier.sizing.tiers import SHARED_DISK_TYPES, LatencyView, ThroughputView, tier_share
+from kvtier.sizing.disk_types import SHARED_DISK_TYPES
+from kvtier.sizing.tiers import LatencyView, ThroughputView, tier_share
 
 _STATUS_KEYS = frozenset(f.alias or name for name, f in ProbeResult.model_fields.items())
 

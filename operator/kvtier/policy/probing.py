@@ -22,13 +22,12 @@ from kvtier.policy.conditions import FALSE, TRUE, Verdict
 from kvtier.render.labels import TierRef
 from kvtier.render.probe_job import (
     PROBE_TIER,
-    CephFSProbeVolume,
-    NVMeProbeVolume,
     ProbeMessageError,
     parse_termination_message,
     probe_job,
     probe_job_name,
 )
+from kvtier.tiers.base import ProbeVolume
 
 REPROBE_ANNOTATION = "kvcache.io/reprobe"
 JOB_NAME = "job-name"  # the label the Job controller puts on its pods
@@ -100,7 +99,7 @@ def plan_probe(
     generation: int,
     annotations: Mapping[str, str],
     disk: str,
-    volume: NVMeProbeVolume | CephFSProbeVolume,
+    volume: ProbeVolume,
     provisioned: bool,
     target: Mapping[str, Any] | None,
     allow_while_serving: bool,

@@ -18,11 +18,10 @@ from kvtier.api.tier import ConditionType, KVCacheTierSpec
 from kvtier.names import APPLIED_ANNOTATION
 from kvtier.policy.conditions import FALSE, TRUE, Verdict
 from kvtier.render import DesiredWrite
-from kvtier.render.cephfs import replica1_writes
 from kvtier.render.labels import RETENTION
-from kvtier.render.nvme import nvme_storage_class
-from kvtier.settings import effective_settings, nvme_pools
+from kvtier.settings import effective_settings
 from kvtier.targets.registry import unapply_writes
+from kvtier.tiers.registry import policy_writes as tier_policy_writes
 
 # Cluster-scoped objects a tier's rendering names but only the policy may write: per-pool
 # StorageClasses and the replica-1 Ceph pool (a namespaced tier never triggers them).
@@ -336,9 +335,10 @@ def disk_tier_status(
 
 
 def policy_writes(policy: Mapping[str, Any] | None) -> list[DesiredWrite]:
-    """The cluster-scoped objects only the KVCachePolicy triggers: one no-provisioner
-    StorageClass per mountPath NVMe pool (a storageClassName pool's class is its
-    provisioner's), and the replica-1 CephFS pool with its class when enabled."""
+    """The cluster-scoped objects only the KVCachePolicy triggers, each tier type's
+    (kvtier.tiers): one no-provisioner StorageClass per mountPath NVMe pool (a
+    storageClassName pool's class is its provisioner's), and the replica-1 CephFS pool with
+    its class when enabled."""
 
     spec = KVCachePolicySpec.model_validate((policy or {}).get("spec") or {}) if policy else None
     # Policy-sourced settings do not depend on any tier: evaluate them against a bare spec.
@@ -348,9 +348,7 @@ def policy_writes(policy: Mapping[str, Any] | None) -> list[DesiredWrite]:
             "workload": {"averageContextTokens": 1, "concurrentSessions": 1},
         }
     )
-    settings = effective_settings(bare, spec)
-    local_pools = (p for p in nvme_pools(spec) if p.storage_class_name is None)
-    return [*(nvme_storage_class(p) for p in local_pools), *replica1_writes(settings)]
+    return tier_policy_writes(spec, effective_settings(bare, spec))
 
 
 def removal_writes(

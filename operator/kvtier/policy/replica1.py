@@ -32,9 +32,9 @@ from kvtier.api.tier import KVCacheTierSpec
 from kvtier.policy.conditions import FALSE, TRUE, Verdict, merge_conditions
 from kvtier.policy.provisioning import covers, object_key, pending_writes, policy_writes
 from kvtier.render import DesiredWrite
-from kvtier.render.cephfs import REPLICA1, replica1_ceph_pool
 from kvtier.render.labels import MANAGED_BY, MANAGER
 from kvtier.settings import EffectiveSettings, effective_settings
+from kvtier.tiers.cephfs import REPLICA1, replica1_ceph_pool
 
 CONDITION = "Replica1PoolReady"
 # Label selector of kvtier's replica-1 objects (CephFilesystem, StorageClass).

@@ -9,16 +9,16 @@ from typing import Any
 
 from kvtier.api.common import quantity_bytes
 from kvtier.api.tier import KVCacheTierSpec, ValueSource
-from kvtier.policy.contract import Facts, meta
+from kvtier.policy.contract import Facts
 from kvtier.policy.kv_cache_dtype import kv_cache_dtype_to_size
 from kvtier.policy.observed_health import measured_prefill
 from kvtier.policy.placement import Placement
 from kvtier.policy.refusals import SPEC_PATHS, sized_false
-from kvtier.render.nvme import eligible_nodes
 from kvtier.settings import BUILTIN_DEFAULTS, EffectiveSettings
 from kvtier.sizing import SizingError, SizingInput, record, resolve_geometry
 from kvtier.sizing.releases import vllm_release
 from kvtier.targets.facts import TargetFacts
+from kvtier.tiers.registry import available_disks as offered
 
 MAX_CONFIG_BYTES = 1024 * 1024  # a real config.json is a few KiB; refuse what cannot be one
 
@@ -146,24 +146,8 @@ def available_disks(
     nodes: Sequence[Mapping[str, Any]],
     place: Placement,
 ) -> frozenset[str]:
-    available = {"CephFS"}
-    pool = eff.nvme_pool
-    if pool is not None and _pool_nodes(pool.node_selector, nodes, place):
-        available.add("NVMe")
-    acknowledged = bool(
-        spec.disk and spec.disk.object_store and spec.disk.object_store.acknowledge_tail_latency
-    )
-    if eff.object_store_allowed.value and acknowledged:
-        available.add("ObjectStore")
-    return frozenset(available)
-
-
-def _pool_nodes(
-    selector: Mapping[str, str], nodes: Sequence[Mapping[str, Any]], place: Placement
-) -> list[str]:
-    """Nodes of an NVMe pool the model server can land on."""
-    in_pool = (str(meta(node, "name")) for node in eligible_nodes(nodes, selector))
-    return [name for name in in_pool if name in place.eligible_nodes]
+    """The disk types the cluster offers the tier: each type's module says (kvtier.tiers)."""
+    return offered(spec, eff, nodes, frozenset(place.eligible_nodes))
 
 
 def with_measured_prefill(inp: SizingInput, spec: KVCacheTierSpec, facts: Facts) -> SizingInput:

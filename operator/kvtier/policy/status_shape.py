@@ -8,25 +8,17 @@ from typing import Any
 
 from kvtier.api.common import quantity_bytes
 from kvtier.api.tier import Mode
+from kvtier.render.quantities import short_quantity
 from kvtier.settings import EffectiveSettings
 from kvtier.sizing import SizingPlan
+from kvtier.tiers.registry import CPU, DISK_TIERS, find_disk_tier, status_name
 
-DISK_TIER_NAMES = {"NVMe": "nvme", "CephFS": "cephfs", "ObjectStore": "objectstore"}
-
-
-def short_quantity(n: int) -> str:
-    """Bytes as a compact binary quantity for people: 547608330240 → 510Gi."""
-    for unit, size in (("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20)):
-        if n >= size:
-            value = n / size
-            text = f"{value:.1f}".rstrip("0").rstrip(".")
-            return f"{text}{unit}"
-    return str(n)
+__all__ = ["disk_tier_text", "measured", "plan_summary", "short_quantity", "status_tiers"]
 
 
 def measured(prev_tiers: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     """Probe results in status, by sizing disk name (NVMe, CephFS, ObjectStore)."""
-    names = {v: k for k, v in DISK_TIER_NAMES.items()}
+    names = {t.status_name: t.name for t in DISK_TIERS}
     return {
         names[t["name"]]: t["probe"]
         for t in prev_tiers
@@ -45,10 +37,10 @@ def status_tiers(
 ) -> list[dict[str, Any]]:
     old = {t.get("name"): t for t in previous if isinstance(t, Mapping)}
     tiers: list[dict[str, Any]] = [
-        {"name": "cpu", "capacityBytes": sp.sizing.cpu_bytes_to_use, "ready": applied}
+        {"name": CPU.status_name, "capacityBytes": sp.sizing.cpu_bytes_to_use, "ready": applied}
     ]
     for t in sp.to_status()["tiers"]:
-        name = DISK_TIER_NAMES.get(str(t["name"]), str(t["name"]).lower())
+        name = status_name(str(t["name"])) or str(t["name"]).lower()
         entry: dict[str, Any] = {"name": name, "ready": bool(disk.get("ready"))}
         if disk.get("claimName"):
             entry["claimName"] = disk["claimName"]
@@ -64,7 +56,7 @@ def status_tiers(
         ):
             if t.get(key) is not None:
                 entry[key] = t[key]
-        if probe is not None and name == DISK_TIER_NAMES.get(sp.disk or ""):
+        if probe is not None and name == status_name(sp.disk):
             entry["probe"] = probe
         elif "probe" in old.get(name, {}):
             entry["probe"] = old[name]["probe"]  # measurements outlive a re-plan
@@ -81,16 +73,12 @@ def status_tiers(
 
 
 def disk_tier_text(sp: SizingPlan, eff: EffectiveSettings, capacity: object) -> str:
+    """status.diskTier: what the disk tier's type says of itself (`capacity`: the claimed
+    quantity the cluster shows), "None" without one."""
     if sp.disk is None:
         return "None"
-    if sp.disk == "NVMe" and eff.nvme_pool is not None:
-        return f"NVMe ({eff.nvme_pool.name})"
-    if sp.disk == "CephFS":
-        size = (
-            quantity_bytes(str(capacity)) if capacity else sp.sizing.working_set_bytes_all_replicas
-        )
-        return f"CephFS {short_quantity(size)}"
-    return sp.disk
+    disk = find_disk_tier(sp.disk)
+    return disk.status_text(sp, eff, capacity) if disk is not None else sp.disk
 
 
 def plan_summary(sp: SizingPlan, mode: str) -> str:

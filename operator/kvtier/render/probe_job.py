@@ -1,16 +1,16 @@
 """The storage-probe Job: `kvtier probe` on a tier's volume, and the reading of its result.
 
-The Job runs the operator's own image against the same volume the model server gets (the
-tier's per-pod NVMe claim on a node of the pool, or the shared CephFS claim), so the probe
-measures what serving will see. Its one-line JSON result comes back as the container's
-termination message; `parse_termination_message` turns that into the status `probe` block.
+The Job runs the operator's own image against the same volume the model server gets (what
+the tier type's `probe_volume` names, kvtier.tiers: the tier's per-pod NVMe claim on a node
+of the pool, or the shared CephFS claim), so the probe measures what serving will see. Its
+one-line JSON result comes back as the container's termination message;
+`parse_termination_message` turns that into the status `probe` block.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from kvtier.api.tier import ProbeResult
 from kvtier.render.labels import TierRef, owner_references, tier_labels
 from kvtier.render.naming import KV_CACHE_VOLUME, PREFIX, short_hash
+from kvtier.tiers.base import ProbeVolume
 
 PROBE_TIER = "kvcache.io/probe-tier"
 MOUNT_PATH = "/mnt/kv-cache"  # where vLLM's fs tier lives in the model-server pod too
@@ -37,21 +38,6 @@ _STATUS_KEYS = frozenset(f.alias or name for name, f in ProbeResult.model_fields
 _REQUIRED = ("p99Seconds", "bandwidthBytesPerSecond", "measuredAt")
 
 
-@dataclass(frozen=True)
-class NVMeProbeVolume:
-    """A per-pod claim like the model server's (render.nvme.nvme_claim_spec), on a pool node."""
-
-    claim_spec: Mapping[str, Any]
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class CephFSProbeVolume:
-    """The tier's shared CephFS claim."""
-
-    claim_name: str
-
-
 class ProbeMessageError(ValueError):
     """A termination message that is no probe result: the probe failed, or garbage."""
 
@@ -64,7 +50,7 @@ def probe_job_name(tier: TierRef, disk: str, generation: int, attempt: int = 0) 
 
 def probe_job(
     tier: TierRef,
-    volume: NVMeProbeVolume | CephFSProbeVolume,
+    volume: ProbeVolume,
     *,
     image: str,
     block_bytes: int,
@@ -80,7 +66,6 @@ def probe_job(
     """The batch/v1 Job that probes one tier's volume, owned by its KVCacheTier."""
     if tier.uid is None:
         raise ValueError("a probe Job needs the KVCacheTier's uid for its owner reference")
-    disk = "NVMe" if isinstance(volume, NVMeProbeVolume) else "CephFS"
     labels = {**tier_labels(tier), PROBE_TIER: tier.id}
     command = [
         "kvtier",
@@ -129,11 +114,11 @@ def probe_job(
             }
         ],
         "volumes": [
-            _volume(volume, labels),
+            volume.claim.volume(KV_CACHE_VOLUME, labels),
             {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": "64Mi"}},
         ],
     }
-    if isinstance(volume, NVMeProbeVolume) and volume.node_selector:
+    if volume.node_selector:
         pod_spec["nodeSelector"] = dict(volume.node_selector)
     if tolerations:
         pod_spec["tolerations"] = [dict(t) for t in tolerations]
@@ -141,7 +126,7 @@ def probe_job(
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": probe_job_name(tier, disk, generation, attempt),
+            "name": probe_job_name(tier, volume.disk, generation, attempt),
             "namespace": tier.namespace,
             "labels": labels,
             "ownerReferences": owner_references(tier),
@@ -153,13 +138,6 @@ def probe_job(
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },
     }
-
-
-def _volume(volume: NVMeProbeVolume | CephFSProbeVolume, labels: dict[str, str]) -> dict[str, Any]:
-    if isinstance(volume, CephFSProbeVolume):
-        return {"name": KV_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": volume.claim_name}}
-    template = {"metadata": {"labels": labels}, "spec": dict(volume.claim_spec)}
-    return {"name": KV_CACHE_VOLUME, "ephemeral": {"volumeClaimTemplate": template}}
 
 
 def parse_termination_message(text: str) -> dict[str, Any]:

@@ -28,3 +28,13 @@ def quantity_to_bytes(value: object) -> int:
 def round_up(n: int, unit: int = GiB) -> int:
     """n rounded up to whole units, for sizes people read (and CephFS quota granularity)."""
     return -(-n // unit) * unit
+
+
+def short_quantity(n: int) -> str:
+    """Bytes as a compact binary quantity for people: 547608330240 → 510Gi."""
+    for unit, size in (("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20)):
+        if n >= size:
+            value = n / size
+            text = f"{value:.1f}".rstrip("0").rstrip(".")
+            return f"{text}{unit}"
+    return str(n)

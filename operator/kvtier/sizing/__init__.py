@@ -6,6 +6,7 @@ Entry points: `resolve_geometry` (or `lookup_model` / `geometry_from_hf_config`)
 """
 
 from kvtier.sizing.catalog import CatalogEntry, find_model, load_catalog, lookup_model
+from kvtier.sizing.disk_types import DISK_TYPES
 from kvtier.sizing.errors import SizingError
 from kvtier.sizing.fio import fio_args, fio_block_size, fio_command
 from kvtier.sizing.geometry import (
@@ -20,7 +21,6 @@ from kvtier.sizing.hfconfig import geometry_from_hf_config, load_hf_config
 from kvtier.sizing.model import parse_geometry, resolve_geometry
 from kvtier.sizing.plan import Sizing, SizingInput, SizingPlan, cpu_tier_cap, plan
 from kvtier.sizing.tiers import (
-    DISK_TYPES,
     TierAssessment,
     assess_tier,
     crossover_tokens,

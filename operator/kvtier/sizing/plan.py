@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from decimal import Decimal
 from types import MappingProxyType
 
+from kvtier.sizing.disk_types import BY_NAME as DISK_BY_NAME
+from kvtier.sizing.disk_types import DISK_TYPES, SHARED_DISK_TYPES
 from kvtier.sizing.errors import SizingError
 from kvtier.sizing.fio import fio_block_size, fio_command
 from kvtier.sizing.geometry import (
@@ -24,8 +26,6 @@ from kvtier.sizing.offload import OffloadLayout, offload_layout
 from kvtier.sizing.record import Record
 from kvtier.sizing.releases import DEFAULT_VLLM_VERSION, VLLMRelease, vllm_release
 from kvtier.sizing.tiers import (
-    DISK_TYPES,
-    SHARED_DISK_TYPES,
     TierAssessment,
     assess_tier,
     tier_share,
@@ -608,26 +608,19 @@ def disk_bytes(disk: str | None, working_set: int, working_set_all_replicas: int
     claims it without spec.disk.cephfs.size). NVMe: what one replica's local tier must hold,
     the working set per replica; the operator claims the pool's capacityPerNode unless
     spec.disk.nvme.size says otherwise, and this is the least that is worth claiming.
-    ObjectStore and no disk tier: None (a bucket has no size to claim).
+    ObjectStore and no disk tier: None (a bucket has no size to claim). By the type's facts
+    (kvtier.sizing.disk_types): a type of vLLM's fs tier lives on a volume, which holds the
+    working set of all replicas when they share it, else of one.
     """
-    if disk == "CephFS":
-        return -(-working_set_all_replicas // GiB) * GiB
-    if disk == "NVMe":
-        return -(-working_set // GiB) * GiB
-    return None
+    facts = DISK_BY_NAME.get(disk) if disk is not None else None
+    if facts is None or facts.vllm_type != "fs":
+        return None
+    return -(-(working_set_all_replicas if facts.shared else working_set) // GiB) * GiB
 
 
 def _disk_why(disk: str | None) -> str:
-    if disk == "CephFS":
-        return "one shared volume: the working set of all replicas, in whole GiB"
-    if disk == "NVMe":
-        return (
-            "per replica: the working set, in whole GiB (the operator claims the pool's "
-            "capacityPerNode unless spec.disk.nvme.size is set)"
-        )
-    if disk == "ObjectStore":
-        return "a bucket: no capacity to claim"
-    return "no disk tier"
+    facts = DISK_BY_NAME.get(disk) if disk is not None else None
+    return facts.capacity if facts is not None else "no disk tier"
 
 
 def cpu_tier_cap(inp: SizingInput) -> int | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 
+from kvtier.sizing.disk_types import DISK_FACTS, DISK_TYPES
 from kvtier.sizing.errors import SizingError
 from kvtier.sizing.record import Record, replace
 
@@ -31,15 +32,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-DISK_TYPES: tuple[str, ...] = ("NVMe", "CephFS", "ObjectStore")
-SHARED_DISK_TYPES = frozenset({"CephFS", "ObjectStore"})  # one cache for all replicas
-_DISK_ALIASES = {
-    "nvme": "NVMe",
-    "cephfs": "CephFS",
-    "objectstore": "ObjectStore",
-    "s3": "ObjectStore",
-    "rgw": "ObjectStore",
-}
+_DISK_ALIASES = {alias: d.name for d in DISK_FACTS for alias in d.aliases}
 
 
 def normalize_disk_type(name: str, field: str) -> str:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Set
 
+from kvtier.sizing.disk_types import DISK_TYPES
 from kvtier.sizing.errors import SizingError
 from kvtier.sizing.record import Record
 
 CPU_ONLY = "CPUOnly"
-TOPOLOGIES: tuple[str, ...] = (CPU_ONLY, "CPUAndNVMe", "CPUAndCephFS", "CPUAndObjectStore")
+TOPOLOGIES: tuple[str, ...] = (CPU_ONLY, *(f"CPUAnd{d}" for d in DISK_TYPES))
 _NO_DISK = (
     "the working set does not fit the CPU tier and there is no disk tier: "
     "reuse beyond the CPU tier is recomputed"
@@ -58,7 +59,8 @@ def choose_topology(
         order = ["CephFS", "NVMe"]
         why = f"does not fit, {replicas} replicas: CephFS lets them share one cache"
     preferred = order[0]
-    candidates = [d for d in [*order, "ObjectStore"] if d in available]
+    # The other types after these two, in the table's order (ObjectStore last).
+    candidates = [d for d in [*order, *(d for d in DISK_TYPES if d not in order)] if d in available]
     if not candidates:
         return TopologyDecision(CPU_ONLY, None, f"{why}; no disk type available", (_NO_DISK,))
     disk = candidates[0]

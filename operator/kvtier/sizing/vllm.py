@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from kvtier.sizing.disk_types import BY_NAME
 from kvtier.sizing.record import Record
 
 # typing only for annotations: `kvtier plan` starts without importing it (bench/startup.py;
@@ -19,7 +20,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-_DISK_TIER_TYPE = {"NVMe": "fs", "CephFS": "fs", "ObjectStore": "obj"}
+# Where vLLM keeps a CPU tier it shares between its processes: a file of each engine in
+# /dev/shm, which must hold it (releases that leave the CPU-only tier in private memory don't).
+SHM_PATH = "/dev/shm"
+SHM_FILES = f"{SHM_PATH}/vllm_offload_*.mmap"
 # The container env the model server reads the object store's keys from (a Secret's keys, set
 # by reference): the AWS SDK's own names, which its default credential chain reads.
 ACCESS_KEY_ENV = "AWS_ACCESS_KEY_ID"
@@ -66,9 +70,13 @@ class ConnectorSettings(Record):
     object_store: ObjectStore | None = None
 
     def __post_init__(self) -> None:
-        obj = self.disk is not None and _DISK_TIER_TYPE[self.disk] == "obj"
-        if obj and self.object_store is None:
+        if self.secondary_type == "obj" and self.object_store is None:
             raise ValueError("an obj tier needs its bucket and endpoint")
+
+    @property
+    def secondary_type(self) -> str | None:
+        """vLLM's type of the secondary tier: "fs", "obj", None for a CPU tier alone."""
+        return None if self.disk is None else BY_NAME[self.disk].vllm_type
 
     def kv_transfer_config(self, cpu_bytes_to_use: int) -> dict[str, Any]:
         """The config with a CPU tier of `cpu_bytes_to_use`."""
@@ -83,7 +91,7 @@ class ConnectorSettings(Record):
                 extra["eviction_policy"] = self.eviction_policy
         else:
             tier: dict[str, Any]
-            if _DISK_TIER_TYPE[self.disk] == "fs":
+            if self.secondary_type == "fs":
                 tier = {
                     "type": "fs",
                     "root_dir": self.fs_root_dir,

@@ -44,7 +44,7 @@ from kvtier.targets.facts import (
     template_path,
     users_part,
 )
-from kvtier.targets.offload import DECODE, PREFILL, Offload, PerPodClaim, RoleOffload, SharedClaim
+from kvtier.targets.offload import DECODE, PREFILL, Offload, RoleOffload
 from kvtier.targets.patch import apply_write, json_patch, list_ops, pointer, value_ops
 from kvtier.targets.pod import (
     KV_FLAG,
@@ -70,6 +70,7 @@ from kvtier.targets.pod import (
     unapply_patch,
 )
 from kvtier.targets.server_flags import ADDITIONAL_ARGS_ENV, server_flags
+from kvtier.tiers.base import Claim, SharedClaim
 
 GROUP = "serving.kserve.io"
 KIND = "LLMInferenceService"
@@ -311,7 +312,7 @@ def llmisvc_v1alpha1_patch(
     return [apply_write(target, body, summary(target, offload, ADDITIONAL_ARGS_ENV, request))]
 
 
-def _native_secondary(disk: SharedClaim | PerPodClaim) -> dict[str, Any]:
+def _native_secondary(disk: Claim) -> dict[str, Any]:
     if isinstance(disk, SharedClaim):
         return {"fileSystem": {"pvc": {"ref": {"name": disk.name}}}}
     return {"fileSystem": {"pvc": {"spec": copy.deepcopy(dict(disk.spec))}}}
@@ -380,8 +381,11 @@ def llmisvc_form(target: Mapping[str, Any], offload: Offload | None = None) -> t
     version = (str(target.get("apiVersion", "")), str(target.get("kind", "")))
     if version == V1ALPHA1 or V1ALPHA1[0] in foreign_versions(target):
         return V1ALPHA1
-    if offload is not None and (offload.kv_cache_dtype or offload.disk_label == "ObjectStore"):
-        return V1ALPHA1  # KServe's native field has no obj tier either
+    # KServe's native field has file system secondary tiers only: any other (vLLM's obj tier,
+    # on a bucket) goes in the flag.
+    secondary = offload.plan.connector.secondary_type if offload is not None else None
+    if offload is not None and (offload.kv_cache_dtype or secondary not in (None, "fs")):
+        return V1ALPHA1
     return version
 
 

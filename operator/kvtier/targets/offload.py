@@ -1,5 +1,6 @@
 """What a model server needs for its tiers, from the sizing plan: the input of every target
-kind's writes (render/writes.py builds it, the kind modules read it).
+kind's writes (render/writes.py builds it from the sizing plan and what the disk tier's
+module provisions, kvtier.tiers, and the kind modules read it).
 
 An LLMInferenceService has roles (decode: spec.template and spec.worker; prefill:
 spec.prefill), each sized on its own (policy/roles.py); an InferenceService has one pod
@@ -12,12 +13,12 @@ writes the flag, and the native field's `cpu` from it alone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kvtier.render.evictor import EvictorSettings
 from kvtier.sizing.vllm import ConnectorSettings, kv_transfer_config_arg
+from kvtier.tiers.base import Claim
 
 DECODE = "decode"
 PREFILL = "prefill"
@@ -60,20 +61,6 @@ def plan_offload(
 
 
 @dataclass(frozen=True)
-class SharedClaim:
-    """A claim every replica mounts (CephFS, ReadWriteMany)."""
-
-    name: str
-
-
-@dataclass(frozen=True)
-class PerPodClaim:
-    """A claim template, one claim per pod (local NVMe)."""
-
-    spec: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
 class Offload:
     """What the model server needs for its tiers, from the sizing plan. `plan` is the tier's
     own plan (plan_offload): an InferenceService's only pod template, the figures the
@@ -81,8 +68,8 @@ class Offload:
     `plan` is decode on spec.template alone)."""
 
     plan: RoleOffload
-    disk: SharedClaim | PerPodClaim | None = None
-    disk_label: str | None = None  # "NVMe" / "CephFS", for the summary
+    disk: Claim | None = None  # what the disk tier's module gives the pods to mount
+    disk_label: str | None = None  # the disk tier's type ("NVMe"), for the summary
     eviction_policy: str = "lru"
     mount_path: str = "/mnt/kv-cache"
     python_hash_seed: str | None = None  # set when replicas share a disk tier

@@ -33,26 +33,18 @@ from kvtier.render.evictor import nvme_evictor_sidecar
 from kvtier.render.naming import DSHM_VOLUME, KV_CACHE_VOLUME
 from kvtier.render.quantities import quantity_to_bytes, to_quantity
 from kvtier.render.result import DesiredWrite
-from kvtier.sizing.vllm import ACCESS_KEY_ENV, SECRET_KEY_ENV
+from kvtier.sizing.vllm import ACCESS_KEY_ENV, SECRET_KEY_ENV, SHM_FILES, SHM_PATH
 from kvtier.targets.base import Conflict
 from kvtier.targets.facts import by_key, get
-from kvtier.targets.offload import (
-    DECODE,
-    DTYPE_FLAG,
-    Offload,
-    PerPodClaim,
-    RoleOffload,
-    SharedClaim,
-)
+from kvtier.targets.offload import DECODE, DTYPE_FLAG, Offload, RoleOffload
 from kvtier.targets.patch import item_ops, json_patch, list_ops, value_ops
 from kvtier.targets.server_flags import ADDITIONAL_ARGS_ENV
+from kvtier.tiers.base import PerPodClaim
 
 KV_FLAG = "--kv-transfer-config"
 KV_FLAGS = (KV_FLAG, "--kv_transfer_config")  # vLLM accepts both spellings
 OBJECT_STORE_ENV = (ACCESS_KEY_ENV, SECRET_KEY_ENV)
 HASH_SEED_ENV = "PYTHONHASHSEED"
-SHM_PATH = "/dev/shm"
-SHM_FILES = f"{SHM_PATH}/vllm_offload_*.mmap"
 STALE_SHM_HOOK: Mapping[str, Any] = {"exec": {"command": ["/bin/sh", "-c", f"rm -f {SHM_FILES}"]}}
 OWN_VOLUMES = {DSHM_VOLUME, KV_CACHE_VOLUME}
 TOP = "template"  # the pod template whose record is the top of kvtier's record
@@ -301,15 +293,6 @@ def evictor_sidecar(offload: Offload, volume: str, mount_path: str) -> list[dict
     return [nvme_evictor_sidecar(settings)]
 
 
-def _disk_volume(disk: SharedClaim | PerPodClaim) -> dict[str, Any]:
-    if isinstance(disk, SharedClaim):
-        return {"name": KV_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": disk.name}}
-    return {
-        "name": KV_CACHE_VOLUME,
-        "ephemeral": {"volumeClaimTemplate": {"spec": copy.deepcopy(dict(disk.spec))}},
-    }
-
-
 def pod_parts(
     target: Mapping[str, Any],
     offload: Offload,
@@ -344,7 +327,7 @@ def pod_parts(
             return Conflict(
                 f"{offload.mount_path} is already mounted from volume {taken.get('name')}"
             )
-        parts.volumes.append(_disk_volume(offload.disk))
+        parts.volumes.append(offload.disk.volume(KV_CACHE_VOLUME))
         mounts.append({"name": KV_CACHE_VOLUME, "mountPath": offload.mount_path})
         parts.init_containers += evictor_sidecar(offload, KV_CACHE_VOLUME, offload.mount_path)
     if mounts:

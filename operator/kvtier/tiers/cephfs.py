@@ -1,5 +1,6 @@
-"""Shared CephFS tier: one RWX claim per tier, and (when the policy enables it) the replica-1
-pool with the StorageClass that places volumes on it.
+"""The CephFS tier: one RWX claim per tier that every replica mounts, its evictor Deployment,
+and (when the policy enables it) the replica-1 pool with the StorageClass that places volumes
+on it.
 
 The replica-1 pool is the one data pool of a Rook CephFilesystem that kvtier creates and owns
 (`replica1_filesystem`), in the Ceph cluster's namespace. kvtier never adds a pool to a file
@@ -29,15 +30,21 @@ only from the KVCachePolicy's settings: `replica1_writes` reads policy-sourced f
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
-from kvtier.api.policy import Retention
+from kvtier.api.common import quantity_bytes
+from kvtier.api.policy import KVCachePolicySpec, Retention
+from kvtier.api.tier import KVCacheTierSpec
+from kvtier.render.evictor import EvictorSettings, cephfs_evictor_deployment, cephfs_evictor_name
 from kvtier.render.labels import TierRef, managed_labels, owner_references, tier_labels
-from kvtier.render.naming import cephfs_claim_name
-from kvtier.render.quantities import round_up, to_quantity
+from kvtier.render.naming import cephfs_claim_name, python_hash_seed
+from kvtier.render.quantities import round_up, short_quantity, to_quantity
 from kvtier.render.result import DesiredWrite
 from kvtier.settings import EffectiveSettings
-from kvtier.sizing import Sizing
+from kvtier.sizing import Sizing, SizingPlan
+from kvtier.tiers.base import ProbeVolume, Provision, SharedClaim, TierRequest
+from kvtier.tiers.common import evictor_settings
 
 CEPH_FILESYSTEM_API = "ceph.rook.io/v1"
 # Label on kvtier's replica-1 CephFilesystem and StorageClass (value "true").
@@ -192,3 +199,93 @@ def replica1_writes(settings: EffectiveSettings) -> list[DesiredWrite]:
     if not settings.replica1_enabled.value:
         return []
     return [replica1_filesystem(settings), replica1_storage_class(settings)]
+
+
+def cephfs_evictor_write(tier: TierRef, claim_name: str, evictor: EvictorSettings) -> DesiredWrite:
+    """The Deployment that evicts the tier's shared CephFS claim (one for all replicas)."""
+    body = cephfs_evictor_deployment(tier, claim_name, evictor)
+    meta = body["metadata"]
+    return DesiredWrite(
+        "Apply",
+        "apps/v1",
+        "Deployment",
+        meta["name"],
+        meta["namespace"],
+        body,
+        f"Deployment {meta['namespace']}/{meta['name']}: kvtier evict on claim {claim_name} "
+        f"(capacity {to_quantity(evictor.capacity_bytes)}, {evictor.high:g} → "
+        f"{evictor.low:g}, files used in the last {evictor.protect_seconds} s kept)",
+    )
+
+
+# --- the tier type ------------------------------------------------------------------------------
+
+
+class CephFS:
+    """One claim all replicas share (ReadWriteMany), with one evictor Deployment for it."""
+
+    name = "CephFS"
+    status_name = "cephfs"
+    vllm_type: str | None = "fs"
+    shared = True
+    evicted = True
+
+    def available(
+        self,
+        spec: KVCacheTierSpec,
+        settings: EffectiveSettings,
+        nodes: Sequence[Mapping[str, Any]],
+        eligible: Set[str],
+    ) -> bool:
+        """Always offered: the policy's storage class says where the claim goes."""
+        return True
+
+    def provision(self, request: TierRequest) -> Provision:
+        tier, settings, sizing = request.tier, request.settings, request.sizing
+        disk_spec = request.spec.disk
+        requested = disk_spec.cephfs.size if disk_spec and disk_spec.cephfs else None
+        size = cephfs_size_bytes(
+            None if requested is None else quantity_bytes(requested), sizing.sizing
+        )
+        claim = cephfs_claim(
+            tier, cephfs_storage_class_name(settings), size, settings.storage_retention.value
+        )
+        writes = [*replica1_writes(settings), claim]
+        if request.evictor_image is not None and tier.uid is not None:  # owned by the tier
+            block_bytes = sizing.sizing.block_bytes
+            evictor = evictor_settings(settings, request.evictor_image, size, block_bytes)
+            writes.append(cephfs_evictor_write(tier, claim.name, evictor))
+        seed = None
+        if request.replicas > 1 and sizing.shared_hash_seed:
+            seed = python_hash_seed(tier.namespace, tier.name)
+        return Provision(writes=tuple(writes), claim=SharedClaim(claim.name), python_hash_seed=seed)
+
+    def policy_writes(
+        self, policy: KVCachePolicySpec | None, settings: EffectiveSettings
+    ) -> list[DesiredWrite]:
+        """The replica-1 pool's file system and class, when the policy enables it."""
+        return replica1_writes(settings)
+
+    def probe_volume(
+        self,
+        request: TierRequest,
+        writes: Sequence[DesiredWrite],
+        disk_status: Mapping[str, Any],
+    ) -> ProbeVolume | None:
+        """The tier's shared claim."""
+        return ProbeVolume(self.name, SharedClaim(str(disk_status.get("claimName", ""))))
+
+    def evictor_pods(self, tier: TierRef, target: str, claim: str | None) -> str | None:
+        """The claim's evictor Deployment; none before the claim is known."""
+        return f"{cephfs_evictor_name(tier, claim)}-" if claim else None
+
+    def status_text(self, sizing: SizingPlan, settings: EffectiveSettings, capacity: object) -> str:
+        size = (
+            quantity_bytes(str(capacity))
+            if capacity
+            else sizing.sizing.working_set_bytes_all_replicas
+        )
+        return f"CephFS {short_quantity(size)}"
+
+
+CEPHFS = CephFS()

@@ -1,6 +1,15 @@
-"""Local NVMe tier of a mountPath pool: a no-provisioner StorageClass per pool, one local
-PersistentVolume per eligible node per tier, and the per-pod claim spec that binds each
-replica to the PV of its node (a storageClassName pool: nvme_class.py).
+"""The NVMe tier: a local disk per replica, from an NVMe pool of the KVCachePolicy.
+
+A pool backed by a dynamic local provisioner's StorageClass (LVM Storage / TopoLVM, the Local
+Storage Operator) gives every replica an ephemeral claim of that class. With
+WaitForFirstConsumer the scheduler picks the pod's node first (checking the driver's
+CSIStorageCapacity there) and the provisioner then makes the volume on that node; the claim,
+and with it the volume, goes away with the pod. kvtier makes no PersistentVolume and no
+StorageClass for such a pool: the class and its volumes are the provisioner's.
+
+A mountPath pool gets a no-provisioner StorageClass per pool, one local PersistentVolume per
+eligible node per tier, and the per-pod claim spec that binds each replica to the PV of its
+node.
 
 Pods never see a hostPath (OpenShift's restricted-v2 SCC forbids it): host space reaches them
 only as PersistentVolumes behind a PVC. With WaitForFirstConsumer the scheduler places the pod
@@ -19,9 +28,12 @@ blocks still on the node for the next replica there.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
+from kvtier.api.common import quantity_bytes
+from kvtier.api.policy import KVCachePolicySpec, Retention
+from kvtier.api.tier import KVCacheTierSpec
 from kvtier.render.labels import (
     MANAGED_BY,
     MANAGER,
@@ -33,13 +45,16 @@ from kvtier.render.labels import (
     tier_selector,
 )
 from kvtier.render.naming import nvme_storage_class_name, nvme_volume_name
-from kvtier.render.nvme_class import class_claim_spec
 from kvtier.render.quantities import to_quantity
 from kvtier.render.result import DesiredWrite, RenderError
-from kvtier.settings import NVMePoolSettings
+from kvtier.settings import EffectiveSettings, NVMePoolSettings, nvme_pools
+from kvtier.sizing import SizingPlan
+from kvtier.tiers.base import PerPodClaim, ProbeVolume, Provision, TierRequest
+from kvtier.tiers.common import evictor_settings
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
+WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -214,3 +229,151 @@ def nvme_claim_spec(tier: TierRef, pool: NVMePoolSettings, capacity_bytes: int) 
         "resources": {"requests": {"storage": to_quantity(capacity_bytes)}},
         "selector": {"matchLabels": {**tier_selector(tier), NVME_POOL: pool.name}},
     }
+
+
+# --- a storageClassName pool -------------------------------------------------------------------
+
+
+def class_claim_spec(storage_class_name: str, capacity_bytes: int) -> dict[str, Any]:
+    """The per-pod claim spec: no selector, the provisioner makes a volume to match."""
+    return {
+        "accessModes": ["ReadWriteOnce"],
+        "volumeMode": "Filesystem",
+        "storageClassName": storage_class_name,
+        "resources": {"requests": {"storage": to_quantity(capacity_bytes)}},
+    }
+
+
+def binding_mode(storage_class: Mapping[str, Any]) -> str:
+    """The class's volumeBindingMode; the API server defaults an unset one to Immediate."""
+    return str(storage_class.get("volumeBindingMode") or "Immediate")
+
+
+def class_pool_note(pool: str, class_name: str) -> str:
+    """What status.plan says about a StorageClass pool's volumes."""
+    return (
+        f"NVMe pool {pool}: each replica gets an ephemeral claim of StorageClass {class_name}; "
+        "its provisioner makes the volume and deletes it with the pod (kvtier makes no "
+        "PersistentVolume)"
+    )
+
+
+def binding_warning(storage_class: Mapping[str, Any]) -> str | None:
+    """A warning for a class that does not wait for the pod: Immediate binding places the
+    volume first, maybe on a node without the model server's GPUs, and the pod must follow."""
+    mode = binding_mode(storage_class)
+    if mode == WAIT_FOR_FIRST_CONSUMER:
+        return None
+    name = (storage_class.get("metadata") or {}).get("name")
+    return (
+        f"StorageClass {name} has volumeBindingMode {mode}: a volume may be made on a node the "
+        f"model server cannot run on ({WAIT_FOR_FIRST_CONSUMER} avoids that)"
+    )
+
+
+# --- the tier type ------------------------------------------------------------------------------
+
+
+def _retention_note(pool: NVMePoolSettings) -> str:
+    return f"NVMe PVs have reclaim policy Retain; retention {pool.retention.value}: " + (
+        "the operator deletes them with the tier"
+        if pool.retention is Retention.DELETE
+        else "they stay after the tier is deleted"
+    )
+
+
+class NVMe:
+    """A local disk per replica (a per-pod claim), with its evictor as a native sidecar."""
+
+    name = "NVMe"
+    status_name = "nvme"
+    vllm_type: str | None = "fs"
+    shared = False
+    evicted = True
+
+    def available(
+        self,
+        spec: KVCacheTierSpec,
+        settings: EffectiveSettings,
+        nodes: Sequence[Mapping[str, Any]],
+        eligible: Set[str],
+    ) -> bool:
+        """The tier's pool has a node the model server can land on."""
+        pool = settings.nvme_pool
+        if pool is None:
+            return False
+        in_pool = (str(_meta(node)["name"]) for node in eligible_nodes(nodes, pool.node_selector))
+        return any(name in eligible for name in in_pool)
+
+    def provision(self, request: TierRequest) -> Provision:
+        settings, disk_spec = request.settings, request.spec.disk
+        pool = settings.nvme_pool
+        if pool is None:
+            named = disk_spec.nvme.pool if disk_spec and disk_spec.nvme else None
+            raise RenderError(
+                "NVMePoolNotFound",
+                f"the KVCachePolicy defines no NVMe pool {named}"
+                if named
+                else "an NVMe tier needs spec.disk.nvme.pool",
+            )
+        requested = disk_spec.nvme.size if disk_spec and disk_spec.nvme else None
+        capacity = nvme_capacity_bytes(
+            None if requested is None else quantity_bytes(requested), pool
+        )
+        claim = PerPodClaim(spec=nvme_claim_spec(request.tier, pool, capacity))
+        sidecar = None
+        if request.evictor_image is not None:
+            block_bytes = request.sizing.sizing.block_bytes
+            sidecar = evictor_settings(settings, request.evictor_image, capacity, block_bytes)
+        if pool.storage_class_name is not None:
+            note = class_pool_note(pool.name, pool.storage_class_name)
+            return Provision(notes=(note,), claim=claim, sidecar=sidecar)
+        volumes = nvme_volumes(request.tier, pool, request.nodes, capacity)
+        notes = [_retention_note(pool)]
+        if request.replicas > len(volumes):
+            notes.append(
+                f"{request.replicas} replicas but {len(volumes)} eligible node(s): each node "
+                "holds one PV per tier, so replicas beyond that stay Pending"
+            )
+        return Provision(
+            writes=(nvme_storage_class(pool), *volumes),
+            notes=tuple(notes),
+            claim=claim,
+            sidecar=sidecar,
+        )
+
+    def policy_writes(
+        self, policy: KVCachePolicySpec | None, settings: EffectiveSettings
+    ) -> list[DesiredWrite]:
+        """One no-provisioner StorageClass per mountPath pool (a storageClassName pool's class
+        is its provisioner's)."""
+        local_pools = (p for p in nvme_pools(policy) if p.storage_class_name is None)
+        return [nvme_storage_class(p) for p in local_pools]
+
+    def probe_volume(
+        self,
+        request: TierRequest,
+        writes: Sequence[DesiredWrite],
+        disk_status: Mapping[str, Any],
+    ) -> ProbeVolume | None:
+        """A per-pod claim like the model server's, on a node of the pool."""
+        pool = request.settings.nvme_pool
+        if pool is None:
+            return None
+        pv = next((w for w in writes if w.kind == "PersistentVolume"), None)
+        capacity = quantity_bytes(  # a StorageClass pool has no PV, only its claim size
+            pv.body["spec"]["capacity"]["storage"] if pv else disk_status["capacityQuantity"]
+        )
+        claim = PerPodClaim(nvme_claim_spec(request.tier, pool, capacity))
+        return ProbeVolume(self.name, claim, pool.node_selector)
+
+    def evictor_pods(self, tier: TierRef, target: str, claim: str | None) -> str | None:
+        """The model server's own pods: each runs the evictor of its volume."""
+        return f"{target}-"
+
+    def status_text(self, sizing: SizingPlan, settings: EffectiveSettings, capacity: object) -> str:
+        pool = settings.nvme_pool
+        return f"NVMe ({pool.name})" if pool is not None else self.name
+
+
+NVME = NVMe()
