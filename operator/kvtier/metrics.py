@@ -24,6 +24,7 @@ from prometheus_client import (
 )
 
 from kvtier.metrics_auth import METRICS_PATH, Authorizer
+from kvtier.tiers.registry import TIERS
 
 log = logging.getLogger("kvtier.metrics")
 
@@ -295,11 +296,15 @@ def observe_tier(
     _disk_pressure(tier_labels, status)
 
 
+# status.tiers names of the tier types whose evictor reports DiskPressure (nvme, cephfs).
+_EVICTED = frozenset(t.status_name for t in TIERS if t.evicted)
+
+
 def _disk_pressure(labels: tuple[str, str], status: Mapping[str, Any]) -> None:
     pressure = next(
         (c for c in status.get("conditions") or [] if c.get("type") == "DiskPressure"), None
     )
-    disk = next((t for t in status.get("tiers") or [] if t["name"] in ("nvme", "cephfs")), None)
+    disk = next((t for t in status.get("tiers") or [] if t["name"] in _EVICTED), None)
     if pressure is not None and disk is not None and pressure.get("status") in ("True", "False"):
         _set(DISK_PRESSURE, (*labels, disk["name"]), 1 if pressure["status"] == "True" else 0)
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kvtier.sizing import DISK_TYPES, SizingError
+from kvtier.sizing.disk_types import SHARED_DISK_TYPES
 
 GiB = 1 << 30
 TiB = 1 << 40
@@ -59,7 +60,7 @@ class DiskTier:
     @property
     def shared(self) -> bool:
         """CephFS and object stores are one cache for all replicas; NVMe is per node."""
-        return self.kind != "NVMe"
+        return self.kind in SHARED_DISK_TYPES
 
 
 # The study's CephFS (ODF 4.18, 3 OSDs, replica-1 pools): ~205 MB/s protocol ceiling at 5 MB
