@@ -262,11 +262,31 @@ def test_isvc_rerender_replaces_own_flag_not_the_users_args() -> None:
     assert args[:3] == _isvc()["spec"]["predictor"]["model"]["args"]
     assert args.count("--kv-transfer-config") == 1
     assert json.loads(args[-1]) == bigger
-    # Only args change: the volumes are already right, so no op touches them.
-    assert {op["path"] for op in _ops(applied, offload)} == {"/spec/predictor/model/args"}
+    # Only args change (and their record with them): the volumes are already right, so no
+    # op touches them.
+    assert {op["path"] for op in _ops(applied, offload)} == {
+        "/spec/predictor/model/args",
+        "/metadata/annotations/kvcache.io~1applied",
+    }
     # Memory is added to the user's 64Gi, not to kvtier's previous 580Gi.
     resources = second[-1].body["spec"]["predictor"]["model"]["resources"]
     assert resources["requests"]["memory"] == "580Gi"
+
+
+def test_isvc_a_write_cut_off_after_the_patch_leaves_a_flag_kvtier_knows() -> None:
+    """The API server restarts between the JSON patch of the atomic lists and the apply: the
+    patch carried the flag's record with it, so the next render takes the flag for its own
+    (no KVTransferConfigInUse) and still adds the tier to the user's memory, not its own."""
+    applied = _applied_to(_isvc(), _writes(_isvc()))
+    offload = _offload(cpu_bytes=300 * GiB)
+    cut = _patched(applied, _writes(applied, offload)[:-1])  # the apply never arrived
+    again = _writes(cut, offload)
+    assert [w.action for w in again] == ["Apply"]  # the lists are right: only the rest
+    resources = again[-1].body["spec"]["predictor"]["model"]["resources"]
+    assert resources["requests"]["memory"] == "580Gi"
+    first = _patched(_isvc(), _writes(_isvc())[:-1])  # the very first apply never arrived
+    assert isinstance(target_patch(first, _offload()), list)
+    assert _undone(_applied_to(first, _writes(first)))["spec"] == _isvc()["spec"]
 
 
 @pytest.mark.parametrize(
@@ -581,3 +601,14 @@ def test_memory_changed_by_user_becomes_the_new_base() -> None:
     # Unchanged since kvtier wrote it: the base stays 8Gi, in any spelling of 9Gi.
     again = memory_for({"requests": {"memory": str(9 * GiB)}}, 2 * GiB, first.record)
     assert again.request == 10 * GiB
+
+
+def test_isvc_a_new_annotations_map_is_guarded_by_the_version_read() -> None:
+    """Without annotations the record's patch adds the whole map: only if the object is still
+    the one read, so an annotation someone added meanwhile is never replaced."""
+    target = _isvc()
+    target["metadata"]["resourceVersion"] = "42"
+    target["metadata"].pop("annotations", None)
+    ops = _ops(target)
+    at = next(i for i, op in enumerate(ops) if op["path"] == "/metadata/annotations")
+    assert ops[at - 1] == {"op": "test", "path": "/metadata/resourceVersion", "value": "42"}

@@ -71,6 +71,10 @@ def status_patch(
 
 
 PENDING_RETRY_SECONDS = 1.0
+# A target whose schema the API server does not serve yet (it has just restarted, a CRD is
+# being installed) is looked at again this soon, with a fresh OpenAPI index: nothing else
+# would wake it, and its writes wait for the schema (policy/atomic.py, SchemaUnknown).
+SCHEMA_RETRY_SECONDS = 2.0
 # A scheduler ConfigMap that answered 403 is not written again for this long, unless it
 # changes: the grant (a Role kvtier cannot watch) is looked for again after it.
 FORBIDDEN_RETRY_SECONDS = 300.0
@@ -177,6 +181,9 @@ class Controller(Runtime):
             self._announce(tier, [], written)  # they happened; the rest is retried
             raise
         self._announce(updated or tier, decision.events, written)
+        if _reason(decision.status, "Applied") == "SchemaUnknown":
+            self.schemas.index = None
+            self.queue.add_after(key, SCHEMA_RETRY_SECONDS)
         if written and decision.writes:
             # The API's responses carried changes others made meanwhile (their own watch
             # events are then no longer news, see cache.is_news), and they need more writes:
@@ -354,3 +361,9 @@ class Controller(Runtime):
     ) -> None:
         for event in announce(events, written):
             self._event(obj, event)
+
+
+def _reason(status: Mapping[str, Any], condition: str) -> str | None:
+    """The reason of one condition in a status as decided."""
+    found = (c for c in status.get("conditions") or [] if c.get("type") == condition)
+    return next((str(c.get("reason")) for c in found), None)

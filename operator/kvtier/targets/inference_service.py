@@ -30,6 +30,7 @@ from kvtier.targets.pod import (
     metadata,
     pod_parts,
     pod_unapply_ops,
+    record_ops,
     recorded,
     summary,
     unapply_patch,
@@ -144,14 +145,16 @@ def inference_service_patch(
         *list_ops(target, _ARGS, args),
         *list_ops(ahead, _INIT, init),
     ]
+    record = {**parts.record, "kvTransferConfig": offload.arg}
+    if offload.kv_cache_dtype:
+        record["kvCacheDtype"] = offload.kv_cache_dtype
+    if ops:
+        ops += record_ops(target, record)
     names = ", ".join(v["name"] for v in parts.volumes)
     sidecar = f", init container {EVICTOR_CONTAINER}" if parts.init_containers else ""
     lists = json_patch(
         target, ops, f"volumes {names}{sidecar} and args {KV_FLAG} beside the user's own"
     )
-    record = {**parts.record, "kvTransferConfig": offload.arg}
-    if offload.kv_cache_dtype:
-        record["kvCacheDtype"] = offload.kv_cache_dtype
     body = {
         "apiVersion": API_VERSION,
         "kind": KIND,
