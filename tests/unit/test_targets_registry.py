@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from kvtier.controller.cache import VERSION_PREFERENCE
+from kvtier.controller.cache import Cache, version_preference
+from kvtier.controller.schemas import WATCHED_GROUPS
+from kvtier.controller.watches import target_versions, watches
 from kvtier.kube.rest import PLURALS
 from kvtier.render.result import RenderError
 from kvtier.targets import registry
@@ -119,13 +121,48 @@ def test_decide_refuses_an_unregistered_kind_as_target_not_found() -> None:
     assert decision.writes == []
 
 
-def test_the_tables_outside_the_registry_agree_with_it() -> None:
-    """Until the informers, the cache and the REST client read the registry, their own
-    tables must name what it names."""
+def test_the_rest_client_the_cache_and_the_schema_watch_read_the_registry() -> None:
     for kind in KINDS:
         assert PLURALS[kind.kind] == (kind.plural, True)
-        ranked = [v for v in VERSION_PREFERENCE if v in api_versions(kind)]
-        assert tuple(ranked) == api_versions(kind)
+        assert version_preference(kind.kind) == api_versions(kind)
+        assert kind.group in WATCHED_GROUPS
+    assert version_preference("Deployment") == ()
+
+
+def test_each_target_kind_is_watched_once_in_its_preferred_served_version() -> None:
+    cache = Cache()
+    assert target_versions(cache) == {k.kind: api_versions(k)[0] for k in KINDS}
+    assert cache.watched == {}  # nothing discovered: no view is known to be the fed one
+    last = {k.kind: api_versions(k)[-1] for k in KINDS}
+    cache.served = {kind: {version} for kind, version in last.items()}
+    assert target_versions(cache) == last
+    # Only a kind with several versions has a fed view to tell from the others.
+    assert cache.watched == {k.kind: last[k.kind] for k in KINDS if len(k.versions) > 1}
+    watched = [(w.api_version, w.kind) for w, _ in watches(last) if w.kind in last]
+    assert watched == [(last[k.kind], k.kind) for k in KINDS]
+
+
+def test_the_operator_watches_a_kind_added_to_the_registry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kvtier.controller import watches as watches_module
+
+    fake = _FakeKind()
+    monkeypatch.setattr(watches_module, "KINDS", (*KINDS, fake))
+    versions = target_versions(Cache())
+    assert versions["Fake"] == "example.com/v1"
+    assert ("example.com/v1", "Fake") in {(w.api_version, w.kind) for w, _ in watches(versions)}
+
+
+class _FakeKind:
+    """A kind that is registered nowhere but in a test's patched registry."""
+
+    kind = "Fake"
+    group = "example.com"
+    versions = ("v1", "v1beta1")
+    plural = "fakes"
+    schema_advice = "install the fake CRD"
+    reads_picker_configs = False
 
 
 def _imports(path: Path) -> set[str]:

@@ -15,16 +15,18 @@ from kvtier.render.naming import tier_id
 from kvtier.render.picker_version import KSERVE_NAMESPACE, config_keys
 from kvtier.render.scheduler import config_ref
 from kvtier.render.scheduler_configmap import configmap_record
+from kvtier.targets.registry import api_versions, registered
 
 TierKey = tuple[str, str]  # (namespace, name)
 TargetKey = tuple[str, str, str]  # (kind, namespace, name)
-# When a target is served in several versions, the newest that kvtier knows wins unless the
-# tier's targetRef names one.
-VERSION_PREFERENCE = (
-    "serving.kserve.io/v1beta1",
-    "serving.kserve.io/v1alpha2",
-    "serving.kserve.io/v1alpha1",
-)
+
+
+def version_preference(kind: str) -> tuple[str, ...]:
+    """The apiVersions of a target kind, preferred first (its registered versions): when a
+    target is served in several, the first the cluster serves wins unless the tier's
+    targetRef names one. () for a kind that is not registered."""
+    found = registered(kind)
+    return api_versions(found) if found is not None else ()
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -143,7 +145,8 @@ class Cache:
             configmap = (key[1], ref[0])
             self._scheduler_configmap_of[key] = configmap
             self._by_scheduler_configmap.setdefault(configmap, set()).add(key)
-        if key[0] == "LLMInferenceService":
+        kind = registered(key[0])
+        if kind is not None and kind.reads_picker_configs:
             configs = config_keys(obj, self.kserve_namespace)
             self._llmisvc_configs_of[key] = configs
             for config in configs:
@@ -243,14 +246,14 @@ class Cache:
         wanted = ref.get("apiVersion") or self.preferred_version(kind)
         if wanted is not None:
             return versions.get(wanted)
-        return next((versions[v] for v in VERSION_PREFERENCE if v in versions), None)
+        return next((versions[v] for v in version_preference(kind) if v in versions), None)
 
     def preferred_version(self, kind: str) -> str | None:
-        """The newest kvtier-known version served for `kind` (None until discovery ran)."""
+        """The preferred kvtier-known version served for `kind` (None until discovery ran)."""
         served = self.served.get(kind)
         if not served:
             return None
-        return next((v for v in VERSION_PREFERENCE if v in served), None)
+        return next((v for v in version_preference(kind) if v in served), None)
 
     def configmap_for(self, tier: Mapping[str, Any]) -> dict[str, Any] | None:
         ref = ((tier.get("spec") or {}).get("model") or {}).get("configMapRef")
@@ -293,7 +296,7 @@ class Cache:
         """An object the operator just wrote, as the API returned it (fresher than the watch)."""
         meta = _meta(obj)
         kind = str(obj.get("kind"))
-        if kind in ("InferenceService", "LLMInferenceService"):
+        if registered(kind) is not None:  # a target
             key = (kind, meta.get("namespace", ""), meta.get("name", ""))
             # Versions served without conversion are one object: refresh every cached view.
             for version in {*self.targets.get(key, {}), str(obj.get("apiVersion"))}:

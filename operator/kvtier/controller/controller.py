@@ -33,6 +33,7 @@ from kvtier.policy.scheduler import removal_configmap_writes
 from kvtier.render import DesiredWrite
 from kvtier.render.naming import tier_id
 from kvtier.render.scheduler import config_ref
+from kvtier.targets.registry import registered
 
 log = logging.getLogger("kvtier.controller")
 STATUS_KEYS = (
@@ -193,9 +194,10 @@ class Controller(Runtime):
     def _llmisvc_configs(
         self, target: Mapping[str, Any] | None
     ) -> dict[tuple[str, str], dict[str, Any]] | None:
-        """The LLMInferenceServiceConfigs the watch holds for an LLMInferenceService target
-        (its picker's version comes from them); None for other targets."""
-        if target is None or target.get("kind") != "LLMInferenceService":
+        """The LLMInferenceServiceConfigs the watch holds for a target whose kind takes its
+        endpoint picker's version from them (Kind.reads_picker_configs); None otherwise."""
+        kind = registered(str(target.get("kind"))) if target is not None else None
+        if target is None or kind is None or not kind.reads_picker_configs:
             return None
         return self.cache.llmisvc_configs_for(target)
 

@@ -71,8 +71,8 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 
 async def _discover(controller: Controller) -> None:
-    """Which target versions the cluster serves, before watching: the watched version of
-    LLMInferenceService depends on it. The API may be restarting: ask until it answers."""
+    """Which target versions the cluster serves, before watching: the version each target
+    kind is watched in depends on it. The API may be restarting: ask until it answers."""
     failures = 0
     while True:
         try:
@@ -105,10 +105,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     controller.cache.kserve_namespace = kserve_namespace(os.environ)
     memo["controller"] = controller
     await _discover(controller)
-    version = controller.cache.preferred_version("LLMInferenceService")
-    if version is not None:
-        controller.cache.watched["LLMInferenceService"] = version
-    feeds = deliveries(controller, version)
+    feeds = deliveries(controller)
     # Watches hold their connections for minutes: a pool of their own, one for each.
     streams = Kube(load_client(kubeconfig, pool_size=len(feeds)))
     loop = asyncio.get_running_loop()

@@ -19,7 +19,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from kvtier import metrics
-from kvtier.controller.cache import VERSION_PREFERENCE, Cache, TierKey
+from kvtier.controller.cache import Cache, TierKey
 from kvtier.controller.events import EventSender
 from kvtier.controller.policy_reconciler import POLICY_KEY
 from kvtier.controller.schemas import SchemaWatch
@@ -30,6 +30,7 @@ from kvtier.kube.rest import Kube
 from kvtier.observe.runner import Observer
 from kvtier.policy.events import Event
 from kvtier.render.event import event_body
+from kvtier.targets.registry import KINDS, api_versions
 
 log = logging.getLogger("kvtier.controller")
 
@@ -75,9 +76,14 @@ class Runtime:
         self.enqueue(self.cache.tier_keys())
 
     def served_versions(self) -> dict[str, set[str]]:
-        """Which versions of the target kinds this cluster serves (API discovery)."""
+        """Which of their registered versions the cluster serves for the target kinds (API
+        discovery, one request per group version)."""
+        wanted: dict[str, set[str]] = {}  # group version → the kinds registered in it
+        for kind in KINDS:
+            for group_version in api_versions(kind):
+                wanted.setdefault(group_version, set()).add(kind.kind)
         served: dict[str, set[str]] = {}
-        for group_version in VERSION_PREFERENCE:
+        for group_version, kinds in wanted.items():
             try:
                 found = self.kube.request("GET", f"/apis/{group_version}")
             except ApiException as exc:
@@ -85,8 +91,8 @@ class Runtime:
                     raise
                 continue
             for res in (found or {}).get("resources") or []:
-                if "/" not in res.get("name", ""):
-                    served.setdefault(str(res.get("kind")), set()).add(group_version)
+                if "/" not in res.get("name", "") and res.get("kind") in kinds:
+                    served.setdefault(str(res["kind"]), set()).add(group_version)
         return served
 
     def follow(self) -> None:

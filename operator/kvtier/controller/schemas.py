@@ -22,11 +22,13 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from kvtier.render.served_schema import kind_schema
+from kvtier.targets.registry import KINDS
 
 log = logging.getLogger(__name__)
 
-# The API groups whose objects kvtier writes and whose schemas a CRD defines.
-WATCHED_GROUPS = frozenset({"serving.kserve.io", "ceph.rook.io"})
+# The API groups whose objects kvtier writes and whose schemas a CRD may define: the target
+# kinds' (their registry) and Rook's, for the replica-1 CephFilesystem.
+WATCHED_GROUPS = frozenset({*(k.group for k in KINDS), "ceph.rook.io"})
 INTERVAL_SECONDS = 30.0
 
 

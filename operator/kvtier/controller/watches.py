@@ -16,13 +16,14 @@ from functools import partial
 from typing import Any
 
 from kvtier.api.tier import API_VERSION
-from kvtier.controller.cache import TierKey, is_news
+from kvtier.controller.cache import Cache, TierKey, is_news
 from kvtier.controller.controller import Controller
 from kvtier.controller.policy_reconciler import POLICY_KEY
 from kvtier.kube.informer import Deliver, Watched
 from kvtier.policy.replica1 import filesystem_key, is_replica1
 from kvtier.render.probe_job import PROBE_TIER
 from kvtier.render.scheduler_configmap import configmap_record
+from kvtier.targets.registry import KINDS, api_versions
 
 Handler = Callable[[Controller, str, dict[str, Any]], None]
 MANAGED = "app.kubernetes.io/managed-by=kvtier"
@@ -168,17 +169,27 @@ def on_filesystem(controller: Controller, event: str, obj: dict[str, Any]) -> No
         controller.queue.add(POLICY_KEY)
 
 
-def watches(llmisvc_version: str | None) -> list[tuple[Watched, Handler]]:
-    """Every watch, cluster-wide. LLMInferenceService is watched in one version (each served
-    version is a view of the same object; a tier naming another version reads it)."""
+def target_versions(cache: Cache) -> dict[str, str]:
+    """The one version each registered target kind is watched in: the preferred version the
+    cluster serves (discovery), else its first. Each served version is a view of the same
+    object, so one watch sees every change; a tier naming another version reads it. A kind
+    served in several is noted in `cache.watched`, so the cache knows which view is fed."""
+    versions: dict[str, str] = {}
+    for kind in KINDS:
+        served = cache.preferred_version(kind.kind)
+        if served is not None and len(kind.versions) > 1:
+            cache.watched[kind.kind] = served
+        versions[kind.kind] = served or api_versions(kind)[0]
+    return versions
+
+
+def watches(targets: dict[str, str]) -> list[tuple[Watched, Handler]]:
+    """Every watch, cluster-wide; `targets`: the version each target kind is watched in
+    (target_versions)."""
     return [
         (Watched(API_VERSION, "KVCacheTier"), on_tier),
         (Watched(API_VERSION, "KVCachePolicy"), on_policy),
-        (Watched("serving.kserve.io/v1beta1", "InferenceService"), on_target),
-        (
-            Watched(llmisvc_version or "serving.kserve.io/v1alpha2", "LLMInferenceService"),
-            on_target,
-        ),
+        *((Watched(targets[k.kind], k.kind), on_target) for k in KINDS),
         (Watched("v1", "ConfigMap"), on_configmap),
         (Watched("serving.kserve.io/v1alpha2", "LLMInferenceServiceConfig"), on_llmisvc_config),
         (Watched("v1", "Node"), on_node),
@@ -194,7 +205,7 @@ def watches(llmisvc_version: str | None) -> list[tuple[Watched, Handler]]:
     ]
 
 
-def deliveries(
-    controller: Controller, llmisvc_version: str | None
-) -> list[tuple[Watched, Deliver]]:
-    return [(w, partial(handler, controller)) for w, handler in watches(llmisvc_version)]
+def deliveries(controller: Controller) -> list[tuple[Watched, Deliver]]:
+    """The watches and their handlers, the target kinds in the versions discovery chose."""
+    targets = target_versions(controller.cache)
+    return [(w, partial(handler, controller)) for w, handler in watches(targets)]

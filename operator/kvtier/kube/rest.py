@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kvtier.kube.wire import decode
 from kvtier.names import FIELD_MANAGER
+from kvtier.targets.registry import KINDS
 
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
@@ -56,12 +57,12 @@ class Resource:
         return "/".join(parts)
 
 
-# The kinds kvtier reads or writes. Versions of a group share a plural.
+# The kinds kvtier reads or writes, the target kinds from their registry (every target is
+# namespaced: it lives in its tier's namespace). Versions of a group share a plural.
 PLURALS: dict[str, tuple[str, bool]] = {
     "KVCacheTier": ("kvcachetiers", True),
     "KVCachePolicy": ("kvcachepolicies", False),
-    "InferenceService": ("inferenceservices", True),
-    "LLMInferenceService": ("llminferenceservices", True),
+    **{k.kind: (k.plural, True) for k in KINDS},
     "LLMInferenceServiceConfig": ("llminferenceserviceconfigs", True),
     "PersistentVolume": ("persistentvolumes", False),
     "PersistentVolumeClaim": ("persistentvolumeclaims", True),

@@ -11,8 +11,7 @@ from kvtier.api.tier import ConditionType
 from kvtier.policy.conditions import FALSE, Verdict
 from kvtier.render import DesiredWrite
 from kvtier.render.served_schema import replaced_parts
-
-KSERVE_GROUP = "serving.kserve.io"
+from kvtier.targets.registry import registered
 
 
 def atomic_verdict(
@@ -48,9 +47,10 @@ def atomic_verdict(
         return None
     version = sorted({v for v, _ in found})[0]
     parts = sorted(p for _, p in found)
-    fix = (
-        "install KServe's full CRDs (config/crd/full), which declare these parts granular"
-        if version.startswith(f"{KSERVE_GROUP}/")
+    registered_kind = registered(kind)
+    fix = (  # the kind's own advice on getting a schema that declares these parts granular
+        registered_kind.schema_advice
+        if registered_kind is not None
         else f"give the {kind} CRD a structural schema for these parts"
     )
     return Verdict(

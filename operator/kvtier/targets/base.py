@@ -27,13 +27,20 @@ class Conflict:
 
 
 class Kind(Protocol):
-    """One kind of model server object kvtier writes its tier to (api.tier.TargetKind is the
-    CRD's enum of their names)."""
+    """One kind of model server object kvtier writes its tier to. The CRD's targetRef (its
+    kind enum and apiVersion rule), the informers, the cache, the REST plurals and the
+    operator's RBAC are generated from these members of the registered kinds."""
 
     kind: str  # "InferenceService"
     group: str  # "serving.kserve.io"
     versions: tuple[str, ...]  # the served versions kvtier reads and writes, preferred first
     plural: str  # "inferenceservices"
+    # How to get a schema that declares granular the parts kvtier writes, for the AtomicSpec
+    # refusal (policy/atomic.py): "install ..., which declare these parts granular".
+    schema_advice: str
+    # Whether the object's endpoint picker takes its version from LLMInferenceServiceConfigs
+    # (render/picker_version.py): the operator then gives decide the ones it may read.
+    reads_picker_configs: bool
 
     def facts(self, obj: Mapping[str, Any]) -> TargetFacts:
         """What sizing needs from the object (any of `versions`): model, parallelism,

@@ -52,6 +52,10 @@ class InferenceService:
     group: str = GROUP
     versions: tuple[str, ...] = ("v1beta1",)
     plural: str = "inferenceservices"
+    schema_advice: str = (
+        "install KServe's full CRDs (config/crd/full), which declare these parts granular"
+    )
+    reads_picker_configs: bool = False
 
     def facts(self, obj: Mapping[str, Any]) -> TargetFacts:
         predictor = get(obj, "spec", "predictor") or {}

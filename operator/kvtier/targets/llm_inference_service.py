@@ -92,6 +92,10 @@ class LLMInferenceService:
     group: str = GROUP
     versions: tuple[str, ...] = ("v1alpha2", "v1alpha1")
     plural: str = "llminferenceservices"
+    schema_advice: str = (
+        "install KServe's full CRDs (config/crd/full), which declare these parts granular"
+    )
+    reads_picker_configs: bool = True
 
     def facts(self, obj: Mapping[str, Any]) -> TargetFacts:
         return llm_inference_service_facts(obj)

@@ -45,6 +45,11 @@ def _version(target: Mapping[str, Any]) -> tuple[str, str]:
     return str(target.get("apiVersion", "")), str(target.get("kind", ""))
 
 
+def registered(kind: str) -> Kind | None:
+    """The registered kind of that name, None when there is none."""
+    return _BY_KIND.get(kind)
+
+
 def kind_named(kind: str) -> Kind:
     """The registered kind of that name, else RenderError."""
     found = _BY_KIND.get(kind)
