@@ -43,11 +43,11 @@ lint: venv
 	$(BIN)/mypy
 
 generate: venv cluster-bin
-	$(BIN)/python -m kvtier.api.generate --write
+	$(BIN)/python -m kvtier.generate --write
 	$(BIN)/python hack/render-manifests
 
 check-generated: venv
-	$(BIN)/python -m kvtier.api.generate --check
+	$(BIN)/python -m kvtier.generate --check
 
 # The chart is the one source of deploy/manifests, bundle/ and the Argo CD patch.
 render-manifests: venv cluster-bin

@@ -1,8 +1,10 @@
 """The generated CRDs on a real kube-apiserver: examples are admitted, every entry of the
-bad-input corpus is rejected with a message that names its field."""
+bad-input corpus is rejected with a message that names its field, and a target kind or
+apiVersion the target registry does not hold is refused with a message naming those it does."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kvtier.targets.registry import KINDS, api_versions
 from localcluster import LocalCluster
 from tests.e2e.kube_helpers import new_namespace
 
@@ -82,3 +85,55 @@ def test_bad_input_is_rejected_naming_the_field(
         _create(admin_api, entry["kind"], metadata, entry["object"])
     assert rejected.value.status == 422, rejected.value.body
     assert entry["expectMessage"] in str(rejected.value.body)
+
+
+def _refusal(api: client.ApiClient, ns: str, target_ref: dict[str, Any]) -> str:
+    spec = {
+        "targetRef": target_ref,
+        "workload": {"averageContextTokens": 50000, "concurrentSessions": 64},
+    }
+    with pytest.raises(ApiException) as rejected:
+        _create(api, "KVCacheTier", {"name": "unknown-kind", "namespace": ns}, spec)
+    assert rejected.value.status == 422, rejected.value.body
+    message: str = json.loads(rejected.value.body or "{}")["message"]
+    return message
+
+
+def test_a_kind_that_is_not_registered_is_refused_naming_the_known_kinds(
+    admin_api: client.ApiClient, ns: str
+) -> None:
+    message = _refusal(admin_api, ns, {"kind": "Deployment", "name": "vllm"})
+    known = ", ".join(f'"{k.kind}"' for k in KINDS)
+    assert f'spec.targetRef.kind: Unsupported value: "Deployment": supported values: {known}' in (
+        message
+    ), message
+
+
+def test_an_api_version_its_kind_is_not_registered_in_is_refused_naming_the_known_ones(
+    admin_api: client.ApiClient, ns: str
+) -> None:
+    for kind in KINDS:
+        ref = {"kind": kind.kind, "name": "vllm", "apiVersion": "apps/v1"}
+        message = _refusal(admin_api, ns, ref)
+        assert "spec.targetRef.apiVersion: Invalid value" in message, message
+        assert (
+            f"spec.targetRef.apiVersion apps/v1 is not a version kvtier supports for "
+            f"{kind.kind}: {', '.join(api_versions(kind))}"
+        ) in message, message
+
+
+def test_every_registered_kind_and_version_is_admitted(
+    admin_api: client.ApiClient, ns: str
+) -> None:
+    spec = {"workload": {"averageContextTokens": 50000, "concurrentSessions": 64}}
+    for kind in KINDS:
+        for api_version in (None, *api_versions(kind)):
+            ref = {"kind": kind.kind, "name": "vllm"}
+            if api_version is not None:
+                ref["apiVersion"] = api_version
+            _create(
+                admin_api,
+                "KVCacheTier",
+                {"name": "known", "namespace": ns},
+                {**spec, "targetRef": ref},
+            )

@@ -11,13 +11,16 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from kvtier.api import KVCachePolicy, KVCacheTier
-from kvtier.api.crd import DEFINITIONS, crd_document
+from kvtier.generate import crd_documents
+from kvtier.render.result import RenderError
+from kvtier.targets.registry import kind_named
 
 CORPUS = Path(__file__).resolve().parents[2] / "tests" / "e2e" / "bad_inputs.yaml"
 ENTRIES: list[dict[str, Any]] = yaml.safe_load(CORPUS.read_text())
 MODELS: dict[str, type[BaseModel]] = {"KVCacheTier": KVCacheTier, "KVCachePolicy": KVCachePolicy}
 SCHEMAS = {
-    d.kind: crd_document(d)["spec"]["versions"][0]["schema"]["openAPIV3Schema"] for d in DEFINITIONS
+    kind: doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for kind, doc in crd_documents().items()
 }
 
 
@@ -49,15 +52,38 @@ def test_corpus_is_large_and_well_formed() -> None:
     names = [e["name"] for e in ENTRIES]
     assert len(names) == len(set(names))
     for entry in ENTRIES:
-        assert set(entry) <= {"name", "kind", "via", "metadata", "object", "expectMessage"}
+        assert set(entry) <= {
+            "name",
+            "kind",
+            "via",
+            "model",
+            "metadata",
+            "object",
+            "expectMessage",
+        }
+        assert entry.get("model", "rejects") in {"rejects", "admits"}
         assert entry["kind"] in MODELS and entry["via"] in {"schema", "cel"}
         assert "spec." in entry["expectMessage"] or "KVCachePolicy" in entry["expectMessage"]
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=[e["name"] for e in ENTRIES])
+REJECTED = [e for e in ENTRIES if e.get("model", "rejects") == "rejects"]
+ADMITTED = [e for e in ENTRIES if e.get("model") == "admits"]
+
+
+@pytest.mark.parametrize("entry", REJECTED, ids=[e["name"] for e in REJECTED])
 def test_models_reject_every_bad_input(entry: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
         MODELS[entry["kind"]].model_validate(_object(entry))
+
+
+@pytest.mark.parametrize("entry", ADMITTED, ids=[e["name"] for e in ADMITTED])
+def test_what_the_models_admit_the_target_registry_refuses(entry: dict[str, Any]) -> None:
+    tier = KVCacheTier.model_validate(_object(entry))
+    with pytest.raises(RenderError) as refused:
+        kind_named(tier.spec.target_ref.kind)
+    assert refused.value.reason == "UnsupportedTarget"
+    kinds = SCHEMAS["KVCacheTier"]["properties"]["spec"]["properties"]["targetRef"]
+    assert tier.spec.target_ref.kind not in kinds["properties"]["kind"]["enum"]
 
 
 CEL = [e for e in ENTRIES if e["via"] == "cel"]

@@ -9,15 +9,14 @@ import pytest
 from pydantic import BaseModel
 
 from kvtier.api.crd import DEFINITIONS
-from kvtier.api.docs import render_api_reference
-from kvtier.api.generate import DEFAULT_API_DOC, check_api_doc, main
+from kvtier.generate import DEFAULT_API_DOC, api_doc, check_api_doc, main
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / DEFAULT_API_DOC
 
 
 def test_committed_api_reference_is_up_to_date() -> None:
-    assert check_api_doc(COMMITTED) == [], "run `python -m kvtier.api.generate --write`"
+    assert check_api_doc(COMMITTED) == [], "run `python -m kvtier.generate --write`"
 
 
 def _aliases(model: type[BaseModel], prefix: str) -> set[str]:
@@ -46,7 +45,7 @@ def _is_list(annotation: Any) -> bool:
 
 @pytest.mark.parametrize("definition", DEFINITIONS, ids=lambda d: d.kind)
 def test_every_model_field_is_documented(definition: Any) -> None:
-    text = render_api_reference()
+    text = api_doc()
     section = text.split(f"\n## {definition.kind}\n", 1)[1].split("\n## ", 1)[0]
     for part, model in (("spec", definition.spec_model), ("status", definition.status_model)):
         for path in _aliases(model, part):
@@ -66,7 +65,7 @@ def test_a_changed_description_is_drift(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_tables_are_well_formed() -> None:
-    for line in render_api_reference().splitlines():
+    for line in api_doc().splitlines():
         if line.startswith("| `"):
             cells = line.replace("\\|", "").split("|")
             assert len(cells) == 5, line  # 3 cells between 4 pipes

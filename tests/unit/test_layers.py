@@ -12,7 +12,17 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "kvtier"
 IO_LAYERS = ("kvtier.controller", "kvtier.kube", "kvtier.observe")
 FORBIDDEN = {
-    "api": ("kvtier.policy", "kvtier.render", "kvtier.settings", "kvtier.tiers", *IO_LAYERS),
+    # The models sit below the registries: the CRD generator (kvtier.generate, above them)
+    # stamps the registered target kinds into their schemas.
+    "api": (
+        "kvtier.policy",
+        "kvtier.render",
+        "kvtier.settings",
+        "kvtier.targets",
+        "kvtier.tiers",
+        "kvtier.generate",
+        *IO_LAYERS,
+    ),
     # Sizing keeps its own facts of each disk type (sizing/disk_types.py), never the registry's.
     "sizing": (
         "kvtier.api",

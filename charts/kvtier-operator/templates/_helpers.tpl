@@ -46,6 +46,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/*
 The operator's cluster-wide permissions: the one place they are defined (the plain
 manifests and the OLM bundle are rendered from this chart). Secrets are never granted.
+The rules for the target kinds (files/targets.yaml: get, list, watch and patch on each
+registered kind) are generated from kvtier's target registry by
+`python -m kvtier.generate --write`.
 */}}
 {{- define "kvtier-operator.clusterRules" -}}
 - apiGroups: [kvcache.io]
@@ -60,9 +63,7 @@ manifests and the OLM bundle are rendered from this chart). Secrets are never gr
 - apiGroups: [kvcache.io]
   resources: [kvcachepolicies/status]
   verbs: [get, patch]
-- apiGroups: [serving.kserve.io]
-  resources: [inferenceservices, llminferenceservices]
-  verbs: [get, list, watch, patch]
+{{ .Files.Get "files/targets.yaml" | trim }}
 # The scheduler presets and baseRef'd configs the endpoint picker's version comes from.
 - apiGroups: [serving.kserve.io]
   resources: [llminferenceserviceconfigs]

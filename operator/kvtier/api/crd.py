@@ -16,7 +16,15 @@ from typing import Any
 from pydantic import BaseModel
 
 from kvtier.api.policy import KVCachePolicy, KVCachePolicySpec, KVCachePolicyStatus
-from kvtier.api.tier import GROUP, VERSION, KVCacheTier, KVCacheTierSpec, KVCacheTierStatus
+from kvtier.api.tier import (
+    GROUP,
+    VERSION,
+    KVCacheTier,
+    KVCacheTierSpec,
+    KVCacheTierStatus,
+    TargetKinds,
+    target_ref_schema,
+)
 
 CATEGORY = "kvcache"
 
@@ -130,6 +138,8 @@ class CRDDefinition:
     short_names: tuple[str, ...] = ()
     printer_columns: tuple[PrinterColumn, ...] = ()
     spec_required: bool = True
+    # Where TargetRef schemas sit under the root, which the target kinds are stamped into.
+    target_refs: tuple[tuple[str, ...], ...] = ()
 
     @property
     def name(self) -> str:
@@ -149,7 +159,17 @@ def _root_validations(model: type[BaseModel]) -> list[dict[str, str]]:
     return list(rules)
 
 
-def _root_schema(definition: CRDDefinition) -> dict[str, Any]:
+def _stamp(node: dict[str, Any], path: tuple[str, ...], kinds: TargetKinds) -> dict[str, Any]:
+    if not path:
+        return target_ref_schema(node, kinds)
+    properties = node["properties"]
+    return {
+        **node,
+        "properties": {**properties, path[0]: _stamp(properties[path[0]], path[1:], kinds)},
+    }
+
+
+def _root_schema(definition: CRDDefinition, target_kinds: TargetKinds | None) -> dict[str, Any]:
     schema: dict[str, Any] = {
         "type": "object",
         "description": definition.description,
@@ -170,11 +190,18 @@ def _root_schema(definition: CRDDefinition) -> dict[str, Any]:
     rules = _root_validations(definition.object_model)
     if rules:
         schema["x-kubernetes-validations"] = rules
+    if target_kinds is not None:
+        for path in definition.target_refs:
+            schema = _stamp(schema, path, target_kinds)
     return schema
 
 
-def crd_document(definition: CRDDefinition) -> dict[str, Any]:
-    """The apiextensions.k8s.io/v1 CustomResourceDefinition for one kind."""
+def crd_document(
+    definition: CRDDefinition, target_kinds: TargetKinds | None = None
+) -> dict[str, Any]:
+    """The apiextensions.k8s.io/v1 CustomResourceDefinition for one kind. `target_kinds`: the
+    kinds a TargetRef may name, with their apiVersions (the target registry's, which kvtier's
+    generator passes; the models alone leave any kind of the right shape)."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -195,7 +222,7 @@ def crd_document(definition: CRDDefinition) -> dict[str, Any]:
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "schema": {"openAPIV3Schema": _root_schema(definition)},
+                    "schema": {"openAPIV3Schema": _root_schema(definition, target_kinds)},
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": [c.to_dict() for c in definition.printer_columns],
                 }
@@ -216,6 +243,7 @@ KVCACHETIER = CRDDefinition(
     spec_model=KVCacheTierSpec,
     status_model=KVCacheTierStatus,
     short_names=("kvt",),
+    target_refs=(("spec", "targetRef"),),
     printer_columns=(
         PrinterColumn("Target", ".spec.targetRef.name", description="The model server."),
         PrinterColumn("Topology", ".status.sizing.topology", description="Chosen tiers."),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -37,11 +38,6 @@ class Mode(StrEnum):
 
     APPLY = "Apply"
     PLAN = "Plan"
-
-
-class TargetKind(StrEnum):
-    LLM_INFERENCE_SERVICE = "LLMInferenceService"
-    INFERENCE_SERVICE = "InferenceService"
 
 
 class KVCacheDtype(StrEnum):
@@ -96,6 +92,17 @@ class ValueSource(StrEnum):
 # --- spec -------------------------------------------------------------------------------------
 
 
+# The kinds and versions a target may have are the target registry's (kvtier.targets), which
+# sits above these models: the CRD generator stamps them into TargetRef's schema
+# (target_ref_schema), and the operator refuses a kind the registry does not know.
+TargetKinds = Mapping[str, Sequence[str]]  # a target kind → its apiVersions, preferred first
+# group/version, the group a DNS subdomain
+TARGET_API_VERSION = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"/v[0-9]+((alpha|beta)[0-9]+)?$"
+)
+
+
 class TargetRef(KubeModel):
     """The model server to give offload tiers; it must live in the KVCacheTier's namespace."""
 
@@ -112,21 +119,15 @@ class TargetRef(KubeModel):
     )
 
     api_version: (
-        Annotated[
-            str,
-            StringConstraints(
-                max_length=253, pattern=r"^serving\.kserve\.io/v[0-9]+((alpha|beta)[0-9]+)?$"
-            ),
-        ]
-        | None
+        Annotated[str, StringConstraints(max_length=253, pattern=TARGET_API_VERSION)] | None
     ) = Field(
         default=None,
-        description="API version of the target, e.g. serving.kserve.io/v1alpha2; "
-        "the served preferred version when omitted.",
+        description="API version of the target (group/version); the preferred version the "
+        "cluster serves when omitted.",
     )
-    kind: TargetKind = Field(
-        description="Kind of the target: LLMInferenceService (llm-d) or InferenceService (KServe)."
-    )
+    kind: Annotated[
+        str, StringConstraints(min_length=1, max_length=63, pattern=r"^[A-Z][A-Za-z0-9]*$")
+    ] = Field(description="Kind of the target: a model server kind kvtier supports.")
     name: DnsSubdomain = Field(description="Name of the target in the same namespace.")
     # Declared only so admission can reject it with a clear message instead of pruning it.
     namespace: Annotated[str, StringConstraints(max_length=253)] | None = Field(
@@ -142,6 +143,53 @@ class TargetRef(KubeModel):
                 "KVCacheTier's own namespace"
             )
         return self
+
+
+def _cel_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _cel_map(entries: Mapping[str, str]) -> str:
+    return "{" + ", ".join(f"{_cel_string(k)}: {v}" for k, v in entries.items()) + "}"
+
+
+def target_ref_schema(schema: Mapping[str, Any], kinds: TargetKinds) -> dict[str, Any]:
+    """TargetRef's structural schema with the target kinds stamped in: `kind` is one of them
+    (the API server's "Unsupported value" error lists them), and a given `apiVersion` must be
+    one its kind is registered in (a CEL rule whose message names them)."""
+    properties = dict(schema["properties"])
+    names = "; ".join(f"{kind}: {', '.join(versions)}" for kind, versions in kinds.items())
+    # The enum says all the pattern did; the length bound stays for CEL's cost estimate.
+    shape = {k: v for k, v in properties["kind"].items() if k not in ("pattern", "minLength")}
+    properties["kind"] = {
+        **shape,
+        "enum": list(kinds),
+        "description": f"Kind of the target, one of the model server kinds kvtier supports: "
+        f"{', '.join(kinds)}.",
+    }
+    properties["apiVersion"] = {
+        **properties["apiVersion"],
+        "description": f"API version of the target, one kvtier supports for its kind ({names}); "
+        "when omitted, the first of them the cluster serves.",
+    }
+    versions = _cel_map({k: "[" + ", ".join(map(_cel_string, v)) + "]" for k, v in kinds.items()})
+    listed = _cel_map({k: _cel_string(", ".join(v)) for k, v in kinds.items()})
+    rule = {
+        **cel(
+            f"!has(self.apiVersion) || !(self.kind in {versions}) || "
+            f"self.apiVersion in {versions}[self.kind]",
+            f"spec.targetRef.apiVersion must be one kvtier supports for the kind ({names})",
+            field_path=".apiVersion",
+            reason="FieldValueInvalid",
+        ),
+        "messageExpression": "'spec.targetRef.apiVersion ' + self.apiVersion + ' is not a "
+        f"version kvtier supports for ' + self.kind + ': ' + {listed}[self.kind]",
+    }
+    return {
+        **schema,
+        "properties": properties,
+        "x-kubernetes-validations": [*schema.get("x-kubernetes-validations", []), rule],
+    }
 
 
 class ConfigMapKeyRef(KubeModel):

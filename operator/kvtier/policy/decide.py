@@ -96,7 +96,7 @@ def decide(facts: Facts) -> Decision:
                 ConditionType.TARGET_FOUND.value,
                 FALSE,
                 "TargetNotFound",
-                f"spec.targetRef: {ref.kind.value} {ns}/{ref.name} not found; sizing waits for it",
+                f"spec.targetRef: {ref.kind} {ns}/{ref.name} not found; sizing waits for it",
             )
         )
     elif isinstance(found := _target_facts(facts.target), Verdict):
