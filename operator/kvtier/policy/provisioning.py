@@ -19,8 +19,8 @@ from kvtier.names import APPLIED_ANNOTATION
 from kvtier.policy.conditions import FALSE, TRUE, Verdict
 from kvtier.render import DesiredWrite
 from kvtier.render.labels import RETENTION
-from kvtier.settings import effective_settings
-from kvtier.targets.registry import unapply_writes
+from kvtier.settings import EffectiveSettings, effective_settings
+from kvtier.targets.registry import KINDS, unapply_writes
 from kvtier.tiers.registry import policy_writes as tier_policy_writes
 
 # Cluster-scoped objects a tier's rendering names but only the policy may write: per-pool
@@ -341,14 +341,20 @@ def policy_writes(policy: Mapping[str, Any] | None) -> list[DesiredWrite]:
     its class when enabled."""
 
     spec = KVCachePolicySpec.model_validate((policy or {}).get("spec") or {}) if policy else None
-    # Policy-sourced settings do not depend on any tier: evaluate them against a bare spec.
+    return tier_policy_writes(spec, policy_settings(policy))
+
+
+def policy_settings(policy: Mapping[str, Any] | None) -> EffectiveSettings:
+    """The policy-sourced settings, which depend on no tier: evaluated against a bare spec
+    (its target is the first registered kind; no setting reads the target)."""
+    spec = KVCachePolicySpec.model_validate((policy or {}).get("spec") or {}) if policy else None
     bare = KVCacheTierSpec.model_validate(
         {
-            "targetRef": {"kind": "LLMInferenceService", "name": "policy"},
+            "targetRef": {"kind": KINDS[0].kind, "name": "policy"},
             "workload": {"averageContextTokens": 1, "concurrentSessions": 1},
         }
     )
-    return tier_policy_writes(spec, effective_settings(bare, spec))
+    return effective_settings(bare, spec)
 
 
 def removal_writes(

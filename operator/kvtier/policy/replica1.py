@@ -27,13 +27,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from kvtier.api.policy import KVCachePolicySpec
-from kvtier.api.tier import KVCacheTierSpec
 from kvtier.policy.conditions import FALSE, TRUE, Verdict, merge_conditions
-from kvtier.policy.provisioning import covers, object_key, pending_writes, policy_writes
+from kvtier.policy.provisioning import (
+    covers,
+    object_key,
+    pending_writes,
+    policy_settings,
+    policy_writes,
+)
 from kvtier.render import DesiredWrite
 from kvtier.render.labels import MANAGED_BY, MANAGER
-from kvtier.settings import EffectiveSettings, effective_settings
 from kvtier.tiers.cephfs import REPLICA1, replica1_ceph_pool
 
 CONDITION = "Replica1PoolReady"
@@ -57,18 +60,6 @@ class PolicyStep:
 
     writes: list[DesiredWrite] = field(default_factory=list)
     verdict: Verdict | None = None
-
-
-def policy_settings(policy: Mapping[str, Any] | None) -> EffectiveSettings:
-    """The policy-sourced settings, which depend on no tier: evaluated against a bare spec."""
-    spec = KVCachePolicySpec.model_validate((policy or {}).get("spec") or {}) if policy else None
-    bare = KVCacheTierSpec.model_validate(
-        {
-            "targetRef": {"kind": "LLMInferenceService", "name": "policy"},
-            "workload": {"averageContextTokens": 1, "concurrentSessions": 1},
-        }
-    )
-    return effective_settings(bare, spec)
 
 
 def filesystem_key(policy: Mapping[str, Any] | None) -> tuple[str, str] | None:
