@@ -120,3 +120,26 @@ def test_a_version_no_watch_feeds_is_read_when_missing_or_behind() -> None:
     assert cache.unwatched_version(pinned) is None  # every version watched: nothing to read
     cache.forget_target(key)
     assert key not in cache.targets  # deleted: every version's view goes
+
+
+def test_kvtiers_own_deployment_is_remembered_as_owned_never_as_a_target(
+    monkeypatch: Any,
+) -> None:
+    """Where a registered target kind is also a kind kvtier writes for itself (a Deployment:
+    the CephFS tiers' evictors), what it wrote is its own object, never a model server."""
+    from types import SimpleNamespace
+
+    from kvtier.controller import cache as module
+
+    kind = SimpleNamespace(reads_picker_configs=False)
+    monkeypatch.setattr(module, "registered", lambda name: kind if name == "Deployment" else None)
+    cache = Cache()
+    cache.set_tier(("b", "t3"), tier("llama"))
+    labels = {"kvcache.io/tier-id": tier_id("b", "t3"), "app.kubernetes.io/managed-by": "kvtier"}
+    evictor = {"apiVersion": "apps/v1", "kind": "Deployment", **_at("9", name="ev", labels=labels)}
+    cache.remember_written(evictor)
+    assert cache.owned_copy(evictor) is evictor
+    assert not cache.targets
+    user = {"apiVersion": "apps/v1", "kind": "Deployment", **_at("9", name="srv")}
+    cache.remember_written(user)
+    assert ("Deployment", user["metadata"].get("namespace", ""), "srv") in cache.targets

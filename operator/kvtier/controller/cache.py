@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvtier.render.labels import TIER_ID
+from kvtier.render.labels import MANAGED_BY, MANAGER, TIER_ID
 from kvtier.render.naming import tier_id
 from kvtier.render.picker_version import KSERVE_NAMESPACE, config_keys
 from kvtier.render.scheduler import config_ref
@@ -296,7 +296,8 @@ class Cache:
         """An object the operator just wrote, as the API returned it (fresher than the watch)."""
         meta = _meta(obj)
         kind = str(obj.get("kind"))
-        if registered(kind) is not None:  # a target
+        own = (meta.get("labels") or {}).get(MANAGED_BY) == MANAGER
+        if registered(kind) is not None and not own:  # a target (never kvtier's own evictor)
             key = (kind, meta.get("namespace", ""), meta.get("name", ""))
             # Versions served without conversion are one object: refresh every cached view.
             for version in {*self.targets.get(key, {}), str(obj.get("apiVersion"))}:
