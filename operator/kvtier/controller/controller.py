@@ -139,7 +139,7 @@ class Controller(Runtime):
         )
         decision = decide(facts)
         if target is not None and any(
-            w.action == "Apply" and w.kind == target.get("kind") for w in decision.writes
+            w.action == "Apply" and w.writes_to(target) for w in decision.writes
         ):
             # About to apply to the target: its schema as served right now, not as of the
             # last tick (a CRD replaced meanwhile may make the apply replace the user's spec).

@@ -70,7 +70,7 @@ def apply_step(
     pending = pending_writes([*cleanup, *tier_writes], observed)
     decision.writes, held = hold_unkept(pending, facts.unkept, observed)
     decision.held = [w for w, _ in held]
-    target_writes = [w for w in tier_writes if w.kind == target.kind]
+    target_writes = [w for w in tier_writes if w.writes_to(facts.target)]
     decision.disk_status = disk_tier_status(sp.disk, tier_writes, observed)
     applied = (
         schema_mismatch_verdict(held) if held else applied_verdict(target_writes, facts.target)

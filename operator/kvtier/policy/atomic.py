@@ -25,7 +25,7 @@ def atomic_verdict(
     when that schema could not be read (SchemaUnknown: whether the apply merges cannot be
     known); None when every apply only merges."""
     kind = str(target.get("kind"))
-    applies = [w for w in writes if w.action == "Apply" and w.kind == kind]
+    applies = [w for w in writes if w.action == "Apply" and w.writes_to(target)]
     if not applies:
         return None
     unknown = sorted({w.api_version for w in applies if schemas.get(w.api_version) is None})

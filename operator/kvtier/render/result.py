@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -41,6 +42,16 @@ class DesiredWrite:
     namespace: str | None  # None for cluster-scoped kinds
     body: dict[str, Any]
     summary: str
+
+    def writes_to(self, obj: Mapping[str, Any] | None) -> bool:
+        """Whether this write is to `obj` itself (by kind, namespace and name): a target's
+        kind may also be one kvtier writes for itself (an evictor Deployment)."""
+        meta = (obj or {}).get("metadata") or {}
+        return (self.kind, self.namespace, self.name) == (
+            (obj or {}).get("kind"),
+            meta.get("namespace"),
+            meta.get("name"),
+        )
 
     def planned_action(self) -> dict[str, Any]:
         """The status.plan.actions[] entry (PlannedAction shape, camelCase)."""
