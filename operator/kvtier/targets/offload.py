@@ -18,11 +18,7 @@ from typing import Any
 
 from kvtier.render.evictor import EvictorSettings
 from kvtier.sizing.vllm import ConnectorSettings, kv_transfer_config_arg
-
-# The claims are the tier types' (tiers.base), named here too where Offload.disk holds one.
-from kvtier.tiers.base import Claim
-from kvtier.tiers.base import PerPodClaim as PerPodClaim
-from kvtier.tiers.base import SharedClaim as SharedClaim
+from kvtier.tiers.base import Claim  # the tier types' claims: Offload.disk holds one
 
 DECODE = "decode"
 PREFILL = "prefill"
