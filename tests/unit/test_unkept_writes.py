@@ -62,6 +62,21 @@ def test_a_kept_write_is_not_unkept() -> None:
     assert unkept_write(_apply(_body()), answer) is None
 
 
+def test_a_quantity_stored_in_its_canonical_form_is_kept() -> None:
+    """Built-in kinds (a Deployment's PodSpec) answer a quantity in canonical form: the same
+    amount is kept, a different one is not."""
+    body = _body()
+    body["spec"]["predictor"]["model"]["resources"]["requests"]["memory"] = "278977527808"
+    answer = copy.deepcopy(body)
+    answer["spec"]["predictor"]["model"]["resources"]["requests"]["memory"] = "272438992Ki"
+    assert unkept_write(_apply(body), answer) is None
+    answer["spec"]["predictor"]["model"]["resources"]["requests"]["memory"] = "272438993Ki"
+    assert unkept_write(_apply(body), answer) is not None
+    names = copy.deepcopy(body)
+    names["spec"]["predictor"]["volumes"][0]["name"] = "kv2"
+    assert unkept_write(_apply(body), names) is not None
+
+
 def test_pruned_write_is_held_until_the_object_changes() -> None:
     write = _apply(_body())
     unkept = unkept_write(write, _pruned(generation=7))
@@ -98,3 +113,21 @@ def test_json_patch_expectation_is_what_its_ops_set() -> None:
     }
     assert unkept_write(patch, kept) is None
     assert unkept_write(patch, {"metadata": {}, "spec": {"predictor": {}}}) is not None
+
+
+def test_a_json_patch_into_a_list_item_is_kept_when_the_item_holds_it() -> None:
+    """A plain Deployment's flag: a patch of containers/1/args. Kept when that container's
+    args are what the patch set; named by index when they are not."""
+    args = ["--max-model-len", "131072", "--kv-transfer-config", "{}"]
+    ops = [
+        {"op": "test", "path": "/spec/template/spec/containers/1/name", "value": "vllm"},
+        {"op": "replace", "path": "/spec/template/spec/containers/1/args", "value": args},
+    ]
+    write = DesiredWrite("Patch", "apps/v1", "Deployment", "llama", "llm", {"jsonPatch": ops}, "")
+    containers = [{"name": "side", "args": ["tail"]}, {"name": "vllm", "args": list(args)}]
+    answer = {"spec": {"template": {"spec": {"containers": containers}}}}
+    assert unkept_write(write, answer) is None
+    containers[1]["args"] = args[:2]
+    unkept = unkept_write(write, answer)
+    assert unkept is not None
+    assert unkept.paths == ("spec.template.spec.containers[1].args",)

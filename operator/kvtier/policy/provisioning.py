@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kubernetes.utils import parse_quantity
+
 from kvtier.api.common import quantity_bytes
 from kvtier.api.policy import KVCachePolicySpec
 from kvtier.api.tier import ConditionType, KVCacheTierSpec
@@ -32,6 +34,10 @@ def covers(current: Any, desired: Any) -> bool:
     """Whether `current` already holds everything `desired` sets (server-side apply would
     change nothing). Lists of objects match item by item in any order; other lists exactly."""
     if isinstance(desired, Mapping):
+        if _by_index(desired) and isinstance(current, list):
+            return all(
+                int(k) < len(current) and covers(current[int(k)], v) for k, v in desired.items()
+            )
         if not isinstance(current, Mapping):
             return False
         return all(k in current and covers(current[k], v) for k, v in desired.items())
@@ -43,11 +49,36 @@ def covers(current: Any, desired: Any) -> bool:
         return current == desired
     if isinstance(desired, (int, float)) and isinstance(current, (int, float)):
         return bool(current == desired)
-    return bool(current == desired) or str(current) == str(desired)
+    if bool(current == desired) or str(current) == str(desired):
+        return True
+    # Built-in kinds store a quantity in its canonical form (a Deployment's "278977527808"
+    # comes back as "272438992Ki"): the same amount is the same value.
+    return (
+        isinstance(desired, str) and isinstance(current, str) and _same_quantity(current, desired)
+    )
+
+
+def _same_quantity(a: str, b: str) -> bool:
+    try:
+        return bool(parse_quantity(a) == parse_quantity(b))  # type: ignore[no-untyped-call]
+    except (ValueError, TypeError, ArithmeticError):
+        return False
+
+
+def _by_index(desired: Mapping[str, Any]) -> bool:
+    """A JSON patch's expectation inside a list: its items by index (containers/1/args)."""
+    return bool(desired) and all(str(k).isdigit() for k in desired)
 
 
 def unkept_paths(current: Any, desired: Any, path: str = "") -> list[str]:
     """The paths of `desired` that `current` does not hold (what `covers` found missing)."""
+    if isinstance(desired, Mapping) and isinstance(current, list) and _by_index(desired):
+        missing: list[str] = []
+        for key, value in desired.items():
+            where = f"{path}[{key}]"
+            i = int(key)
+            missing += unkept_paths(current[i], value, where) if i < len(current) else [where]
+        return missing
     if isinstance(desired, Mapping) and isinstance(current, Mapping):
         out: list[str] = []
         for key, value in desired.items():
