@@ -10,6 +10,10 @@ tests/e2e/test_served_schema.py checks that against a real API server's document
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -19,6 +23,7 @@ import yaml
 from kvtier.render.served_schema import kind_schema
 from localcluster import upstream_crds
 
+BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "hack" / "localcluster" / "build"
 _FILES = {
     "InferenceService": "serving.kserve.io_inferenceservices.yaml",
     "LLMInferenceService": "serving.kserve.io_llminferenceservices.yaml",
@@ -54,8 +59,36 @@ def _served(api_version: str, kind: str, variant: str) -> dict[str, Any]:
     return found
 
 
+@cache
+def kubernetes_document(group_version: str) -> dict[str, Any]:
+    """A built-in group version's OpenAPI v3 document as the pinned kube-apiserver serves it:
+    the file k8s.io/kubernetes publishes in its module (api/openapi-spec/v3), at the version
+    hack/localcluster/build builds the control plane from."""
+    pinned = re.search(r'K8S_VERSION="\$\{K8S_VERSION:-(v[0-9.]+)\}"', BUILD_SCRIPT.read_text())
+    assert pinned, "hack/localcluster/build pins no K8S_VERSION"
+    version = os.environ.get("K8S_VERSION", pinned.group(1))
+    found = subprocess.run(
+        ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{version}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"},
+        cwd=BUILD_SCRIPT.parent,
+    )
+    directory = Path(json.loads(found.stdout)["Dir"]) / "api" / "openapi-spec" / "v3"
+    name = f"apis__{group_version.replace('/', '__')}_openapi.json"
+    loaded: dict[str, Any] = json.loads((directory / name).read_text())
+    return loaded
+
+
 def served_schema(api_version: str, kind: str, variant: str = "full") -> dict[str, Any]:
-    """The schema of `kind` at `api_version` as served with KServe's `variant` CRDs."""
+    """The schema of `kind` at `api_version` as served with KServe's `variant` CRDs (a
+    built-in kind: as Kubernetes serves it)."""
+    if kind not in _FILES:
+        found = kind_schema(kubernetes_document(api_version), api_version, kind)
+        if found is None:
+            raise KeyError(f"Kubernetes serves no {kind} at {api_version}")
+        return found
     return _served(api_version, kind, variant)
 
 
@@ -65,6 +98,9 @@ def schemas_for(target: dict[str, Any] | None, variant: str = "full") -> dict[st
     if target is None:
         return {}
     kind = str(target["kind"])
+    if kind not in _FILES:  # a built-in kind
+        api_version = str(target["apiVersion"])
+        return {api_version: served_schema(api_version, kind)}
     out: dict[str, Any] = {}
     for crd in _crds(upstream_crds(variant) / _FILES[kind]):
         group = crd["spec"]["group"]

@@ -102,9 +102,9 @@ def _refusal(api: client.ApiClient, ns: str, target_ref: dict[str, Any]) -> str:
 def test_a_kind_that_is_not_registered_is_refused_naming_the_known_kinds(
     admin_api: client.ApiClient, ns: str
 ) -> None:
-    message = _refusal(admin_api, ns, {"kind": "Deployment", "name": "vllm"})
+    message = _refusal(admin_api, ns, {"kind": "DaemonSet", "name": "vllm"})
     known = ", ".join(f'"{k.kind}"' for k in KINDS)
-    assert f'spec.targetRef.kind: Unsupported value: "Deployment": supported values: {known}' in (
+    assert f'spec.targetRef.kind: Unsupported value: "DaemonSet": supported values: {known}' in (
         message
     ), message
 

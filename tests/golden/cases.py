@@ -20,6 +20,8 @@ from tests.unit.test_decide import node, tier
 from tests.unit.test_render_roles import multi_node_dp, multi_node_pp, prefill_decode
 from tests.unit.test_render_targets import _isvc, _managed
 from tests.unit.test_render_writes import _yaml
+from tests.unit.test_target_apps import SERVE
+from tests.unit.test_target_apps import deployment as workload
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 TIER_UID = "00000000-0000-4000-8000-000000000001"
@@ -63,7 +65,11 @@ TARGETS: dict[str, tuple[str, str | None]] = {
     "llmisvc-v1alpha1": (f"{LLMISVC}1", None),
     "llmisvc-v1alpha2": (f"{LLMISVC}2", None),
     "llmisvc-v1alpha2-as-v1alpha1": (f"{LLMISVC}2", f"{LLMISVC}1"),
+    "deployment-v1": ("apps/v1", None),
+    "statefulset-v1": ("apps/v1", None),
 }
+# Forms of one pod template (no roles): InferenceService and the plain apps/v1 workloads.
+ONE_TEMPLATE = ("isvc", "deployment", "statefulset")
 _STORE = {
     "acknowledgeTailLatency": True,
     "bucket": "kv-cache",
@@ -129,6 +135,12 @@ def target(form: str, shape: str) -> dict[str, Any]:
         if shape == "replicas3":
             obj["spec"]["predictor"].update(minReplicas=3, maxReplicas=3)
         return obj
+    if form.startswith(("deployment", "statefulset")):
+        kind = "Deployment" if form.startswith("deployment") else "StatefulSet"
+        obj = workload(command=SERVE, args=["--max-model-len", "131072"], kind=kind)
+        obj["spec"]["template"]["spec"]["nodeSelector"] = dict(H100)  # the example pools'
+        obj["spec"]["replicas"] = 3 if shape == "replicas3" else 1
+        return obj
     obj = {"worker-dp": multi_node_dp, "worker-pp": multi_node_pp}.get(shape, prefill_decode)()
     obj["apiVersion"] = api_version  # Qwen3-32B in every shape
     if shape in ("single", "replicas3"):
@@ -176,7 +188,7 @@ def matrix() -> Iterator[Case]:
         for disk in DISKS:
             for series in RELEASES:
                 for shape in SHAPES:
-                    if shape in ONLY_LLMISVC and form.startswith("isvc"):
+                    if shape in ONLY_LLMISVC and form.startswith(ONE_TEMPLATE):
                         continue
                     if shape in ONLY_CEPHFS and disk != "cephfs":
                         continue

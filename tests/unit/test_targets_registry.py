@@ -31,14 +31,15 @@ from tests.unit.test_render_targets import _isvc, _offload, _v1alpha1, _v1alpha2
 PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "kvtier"
 KNOWN = (
     "InferenceService serving.kserve.io/v1beta1, "
-    "LLMInferenceService serving.kserve.io/v1alpha1|v1alpha2"
+    "LLMInferenceService serving.kserve.io/v1alpha1|v1alpha2, "
+    "Deployment apps/v1, StatefulSet apps/v1"
 )
 
 
-def _deployment() -> dict[str, Any]:
+def _daemonset() -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
-        "kind": "Deployment",
+        "kind": "DaemonSet",
         "metadata": {"name": "vllm", "namespace": "llm"},
         "spec": {"template": {"spec": {"containers": [{"name": "main", "args": ["serve"]}]}}},
     }
@@ -80,16 +81,16 @@ def test_a_registered_target_is_its_kind(load: Any) -> None:
 )
 def test_an_unregistered_kind_is_refused_naming_the_known_kinds(lookup: Any) -> None:
     with pytest.raises(RenderError) as refused:
-        lookup(_deployment())
+        lookup(_daemonset())
     assert refused.value.reason == "UnsupportedTarget"
-    assert refused.value.message.startswith("Deployment ")
+    assert refused.value.message.startswith("DaemonSet ")
     assert refused.value.message.endswith(f"is not a supported target ({KNOWN})")
 
 
 def test_an_unregistered_kind_is_never_read_as_another_one() -> None:
     """Anything but an InferenceService used to be read as an LLMInferenceService."""
     with pytest.raises(RenderError) as refused:
-        target_facts(_deployment())
+        target_facts(_daemonset())
     assert refused.value.condition == "TargetFound"
 
 
@@ -106,7 +107,7 @@ def test_an_unregistered_version_of_a_kind_is_read_but_not_written() -> None:
 
 
 def test_nothing_to_take_back_from_a_target_without_a_record() -> None:
-    assert unapply_writes(_deployment()) == []
+    assert unapply_writes(_daemonset()) == []
 
 
 def test_decide_refuses_an_unregistered_kind_as_target_not_found() -> None:
@@ -114,7 +115,7 @@ def test_decide_refuses_an_unregistered_kind_as_target_not_found() -> None:
     from kvtier.policy.decide import decide
     from tests.unit.test_decide import NODES, NOW, POLICY, tier
 
-    decision = decide(Facts(tier(), POLICY, _deployment(), None, NODES, NOW))
+    decision = decide(Facts(tier(), POLICY, _daemonset(), None, NODES, NOW))
     found = next(c for c in decision.status["conditions"] if c["type"] == "TargetFound")
     assert (found["status"], found["reason"]) == ("False", "UnsupportedTarget")
     assert KNOWN in found["message"]
@@ -126,7 +127,7 @@ def test_the_rest_client_the_cache_and_the_schema_watch_read_the_registry() -> N
         assert PLURALS[kind.kind] == (kind.plural, True)
         assert version_preference(kind.kind) == api_versions(kind)
         assert kind.group in WATCHED_GROUPS
-    assert version_preference("Deployment") == ()
+    assert version_preference("DaemonSet") == ()
 
 
 def test_each_target_kind_is_watched_once_in_its_preferred_served_version() -> None:
@@ -138,7 +139,11 @@ def test_each_target_kind_is_watched_once_in_its_preferred_served_version() -> N
     assert target_versions(cache) == last
     # Only a kind with several versions has a fed view to tell from the others.
     assert cache.watched == {k.kind: last[k.kind] for k in KINDS if len(k.versions) > 1}
-    watched = [(w.api_version, w.kind) for w, _ in watches(last) if w.kind in last]
+    watched = [
+        (w.api_version, w.kind)
+        for w, _ in watches(last)
+        if w.kind in last and w.label_selector is None  # not kvtier's own objects' watches
+    ]
     assert watched == [(last[k.kind], k.kind) for k in KINDS]
 
 

@@ -12,13 +12,15 @@ from typing import Any
 from kvtier.render.result import DesiredWrite, RenderError
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
 from kvtier.targets.base import Conflict, Kind
+from kvtier.targets.deployment import DEPLOYMENT
 from kvtier.targets.facts import TargetFacts
 from kvtier.targets.inference_service import INFERENCE_SERVICE
 from kvtier.targets.llm_inference_service import LLM_INFERENCE_SERVICE
 from kvtier.targets.offload import Offload
 from kvtier.targets.pod import recorded
+from kvtier.targets.statefulset import STATEFUL_SET
 
-KINDS: tuple[Kind, ...] = (INFERENCE_SERVICE, LLM_INFERENCE_SERVICE)
+KINDS: tuple[Kind, ...] = (INFERENCE_SERVICE, LLM_INFERENCE_SERVICE, DEPLOYMENT, STATEFUL_SET)
 UNSUPPORTED_REASON = "UnsupportedTarget"
 
 _BY_KIND = {k.kind: k for k in KINDS}

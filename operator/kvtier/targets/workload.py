@@ -1,0 +1,267 @@
+"""What the plain apps/v1 kinds share (deployment.py, statefulset.py): a workload whose pod
+template runs vLLM, as llm-d's
+modelservice chart and vLLM's production-stack chart render them: one pod template at
+spec.template, the vLLM container started as `vllm serve MODEL ...` or
+`python -m vllm.entrypoints.openai.api_server ...` (in its command, its args, or both).
+
+The container is the one the tier names (spec.targetRef.container), else the one whose
+command and args run vLLM, else the only container. The built-in PodSpec merges containers,
+volumes, initContainers and env by name and volumeMounts by mountPath, so kvtier's entries go
+in a server-side apply; `args` is atomic, so the flag is added by a JSON patch guarded by a
+`test` of the exact args read (vLLM takes command + args as one argv, so the flag appended to
+args reaches it). A container that runs vLLM through a shell script (`sh -c "vllm serve ..."`)
+would not pass appended args on: refused, never reported Applied.
+
+kvtier's own evictor Deployments (label app.kubernetes.io/managed-by=kvtier) are never a
+target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kvtier.render.labels import MANAGED_BY, MANAGER
+from kvtier.render.result import DesiredWrite, RenderError
+from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
+from kvtier.targets import facts as read
+from kvtier.targets.base import Conflict
+from kvtier.targets.facts import TargetFacts, get
+from kvtier.targets.offload import Offload
+from kvtier.targets.patch import apply_write, json_patch, list_ops, pointer
+from kvtier.targets.pod import (
+    KV_FLAG,
+    TOP,
+    PodTemplate,
+    applied,
+    conflict_in_container,
+    metadata,
+    pod_parts,
+    pod_unapply_ops,
+    record_ops,
+    recorded,
+    summary,
+    template_body,
+    unapply_patch,
+    user_args,
+)
+from kvtier.targets.server_flags import server_flags
+
+GROUP = "apps"
+CONTAINER_ANNOTATION = "kvcache.io/container"  # which container runs vLLM, when not found
+_POD = ("spec", "template", "spec")
+_SHELLS = ("sh", "bash", "dash", "ash")
+_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
+
+
+def _program(word: str) -> str:
+    return word.rsplit("/", 1)[-1]
+
+
+def _argv(container: Mapping[str, Any]) -> list[str]:
+    return read.str_args(container.get("command")) + read.str_args(container.get("args"))
+
+
+def runs_vllm(container: Mapping[str, Any]) -> bool:
+    """Whether the container's command and args start vLLM's OpenAI server (directly, or
+    through a shell script that names it)."""
+    argv = _argv(container)
+    text = " ".join(argv)
+    return (
+        "vllm serve" in text or _ENTRYPOINT in text or (bool(argv) and _program(argv[0]) == "vllm")
+    )
+
+
+def _through_shell(container: Mapping[str, Any]) -> bool:
+    """vLLM started by a shell script (`sh -c "..."`), which drops the container's other args."""
+    argv = _argv(container)
+    return bool(argv) and _program(argv[0]) in _SHELLS and "-c" in argv[1:3]
+
+
+def _server_args(container: Mapping[str, Any]) -> list[str]:
+    """vLLM's own arguments: the argv after `serve` or the entrypoint module (flags and the
+    model), however command and args split it."""
+    argv = _argv(container)
+    for i, word in enumerate(argv):
+        if word == "serve" or word == _ENTRYPOINT:
+            return argv[i + 1 :]
+    return read.str_args(container.get("args"))
+
+
+def _model(container: Mapping[str, Any]) -> str | None:
+    """`vllm serve MODEL` (the positional model), else --model."""
+    argv = _argv(container)
+    if "serve" in argv:
+        after = argv[argv.index("serve") + 1 :]
+        if after and not after[0].startswith("-"):
+            return after[0]
+    return read.flag(_server_args(container), read.MODEL_FLAGS)
+
+
+def _containers(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    found = get(obj, *_POD, "containers")
+    return [c for c in found if isinstance(c, Mapping)] if isinstance(found, list) else []
+
+
+def _vllm_index(obj: Mapping[str, Any]) -> int | None:
+    """The index of the container that runs vLLM (module docstring), None when none does."""
+    containers = _containers(obj)
+    named = get(obj, "metadata", "annotations", CONTAINER_ANNOTATION)
+    if isinstance(named, str) and named:
+        return next((i for i, c in enumerate(containers) if c.get("name") == named), None)
+    hits = [i for i, c in enumerate(containers) if runs_vllm(c)]
+    if hits:
+        return hits[0]
+    return 0 if len(containers) == 1 else None
+
+
+def _own(obj: Mapping[str, Any]) -> bool:
+    return bool(get(obj, "metadata", "labels", MANAGED_BY) == MANAGER)
+
+
+def _refuse(obj: Mapping[str, Any]) -> RenderError | None:
+    """Why kvtier cannot write this object, or None."""
+    kind, name = obj.get("kind"), get(obj, "metadata", "name")
+    if _own(obj):
+        return RenderError(
+            "UnsupportedTarget",
+            f"{kind} {name} is kvtier's own ({MANAGED_BY}={MANAGER}); it is never a "
+            "model server to write a tier to",
+            "TargetFound",
+        )
+    index = _vllm_index(obj)
+    if index is None:
+        return RenderError(
+            "VLLMContainerNotFound",
+            f"{kind} {name}: no container of spec.template runs vLLM (`vllm serve` or "
+            f"python -m {_ENTRYPOINT}); name it with the annotation {CONTAINER_ANNOTATION}",
+            "TargetFound",
+        )
+    container = _containers(obj)[index]
+    if _through_shell(container):
+        return RenderError(
+            "FlagNotPassed",
+            f"{kind} {name}: container {container.get('name')} starts vLLM through a shell "
+            f"script, which does not pass kvtier's {KV_FLAG} on; start vLLM directly "
+            "(command: [vllm, serve, MODEL, ...]) or pass the flag in the script yourself",
+            "Applied",
+        )
+    return None
+
+
+def _pod(obj: Mapping[str, Any]) -> PodTemplate:
+    index = _vllm_index(obj)
+    containers = _containers(obj)
+    where = None if index is None else (*_POD, "containers", str(index))
+    container = containers[index] if index is not None else {}
+    guard = (
+        ()
+        if where is None
+        else ({"op": "test", "path": pointer([*where, "name"]), "value": container.get("name")},)
+    )
+    return PodTemplate(
+        name=TOP,
+        container=container,
+        volumes=get(obj, *_POD, "volumes") or [],
+        container_path=where,
+        container_guard=guard,
+        volumes_path=(*_POD, "volumes"),
+        init_containers_path=(*_POD, "initContainers"),
+        args_path=None if where is None else (*where, "args"),
+    )
+
+
+class Workload:
+    """An apps/v1 kind whose pod template is spec.template (a Deployment, a StatefulSet)."""
+
+    group: str = GROUP
+    versions: tuple[str, ...] = ("v1",)
+    # Built-in kinds: their served schema is Kubernetes' own, granular where kvtier writes.
+    schema_advice: str = "the API server's own apps/v1 schema keeps these parts granular"
+    reads_picker_configs: bool = False
+
+    kind: str  # each kind's module names its own
+    plural: str
+
+    def facts(self, obj: Mapping[str, Any]) -> TargetFacts:
+        refused = _refuse(obj)
+        if refused is not None and refused.condition == "TargetFound":
+            raise refused
+        pod = _pod(obj)
+        container = pod.container
+        flags = _server_args(container)
+        gpus, mem_req, mem_lim = read.resources(container)
+        replicas = read.as_int(get(obj, "spec", "replicas"))
+        return TargetFacts(
+            kind=self.kind,
+            api_version=str(obj.get("apiVersion", f"{GROUP}/v1")),
+            model_name=_model(container),
+            tensor_parallel_size=read.as_int(read.flag(flags, read.TP_FLAGS)),
+            replicas=max(replicas if replicas is not None else 1, 1),
+            node_selector=read.str_map(get(obj, *_POD, "nodeSelector")),
+            gpus_per_pod=gpus,
+            memory_request_bytes=mem_req,
+            memory_limit_bytes=mem_lim,
+            server=server_flags({**container, "args": flags}),
+        )
+
+    def scheduler(
+        self, obj: Mapping[str, Any], offload: Offload, layout: bool | SchedulerProblem
+    ) -> SchedulerSync | SchedulerProblem | None:
+        return None  # the router, if any, is not part of the object
+
+    def writes(
+        self,
+        obj: Mapping[str, Any],
+        offload: Offload,
+        scheduler: SchedulerSync | SchedulerProblem | None = None,
+    ) -> list[DesiredWrite] | Conflict:
+        refused = _refuse(obj)
+        if refused is not None:
+            raise refused
+        pod = _pod(obj)
+        container = pod.container
+        own = applied(obj).get("kvTransferConfig")
+        where = conflict_in_container(container, own)
+        if where is not None:
+            return Conflict(
+                f"container {container.get('name')} already passes {KV_FLAG} in {where}"
+            )
+        parts = pod_parts(obj, offload, pod, mount_disk=True)
+        if isinstance(parts, Conflict):
+            return parts
+        args = _with_flag(obj, container, own, offload)
+        assert pod.args_path is not None and pod.container_path is not None
+        record = {**parts.record, "kvTransferConfig": offload.arg}
+        if offload.kv_cache_dtype:
+            record["kvCacheDtype"] = offload.kv_cache_dtype
+        ops = list_ops(obj, pod.args_path, args)
+        if ops:
+            ops = [*map(dict, pod.container_guard), *ops, *record_ops(obj, record)]
+        lists = json_patch(obj, ops, f"args {KV_FLAG} after the user's own")
+        main = {"name": container.get("name"), **parts.container}
+        body = {
+            "apiVersion": f"{GROUP}/v1",
+            "kind": self.kind,
+            "metadata": metadata(obj, record),
+            "spec": {"template": {"spec": template_body(main, parts)}},
+        }
+        request = record["memoryRequest"]["applied"]
+        write = apply_write(obj, body, summary(obj, offload, f"args {KV_FLAG}", request))
+        return [*lists, write]
+
+    def unapply(self, obj: Mapping[str, Any]) -> list[DesiredWrite]:
+        if not recorded(obj):
+            return []
+        return unapply_patch(obj, pod_unapply_ops(obj, _pod(obj), applied(obj)))
+
+    def users_part(self, obj: Mapping[str, Any], part: str) -> bool:
+        return read.users_part(obj, part)
+
+
+def _with_flag(
+    obj: Mapping[str, Any], container: Mapping[str, Any], own: str | None, offload: Offload
+) -> list[str]:
+    """The container's args without kvtier's earlier flag, then kvtier's flags."""
+    users: Sequence[str] = user_args(obj, container.get("args") or [], own)
+    return [*users, *offload.dtype_args, KV_FLAG, offload.arg]
