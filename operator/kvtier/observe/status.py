@@ -26,12 +26,10 @@ from kvtier.observe.verdict import (
     settle,
     unavailable,
 )
-from kvtier.tiers.registry import TIERS as TIER_TYPES
+from kvtier.tiers.registry import EVICTED_STATUS_NAMES
 
 CONDITION = "TierEffective"
 REASON_WINDOW_FILLING = "WindowFilling"
-# status.tiers names of the tiers kvtier evict keeps ("nvme", "cephfs"; a bucket needs none).
-DISK_TIERS = tuple(t.status_name for t in TIER_TYPES if t.evicted)
 
 Source = Literal["Prometheus", "DirectScrape"]
 
@@ -103,7 +101,7 @@ def tier_facts(tier: Mapping[str, Any]) -> TierFacts | None:
     workload = spec.get("workload") or {}
     probe = spec.get("probe") or {}
     disk: Mapping[str, Any] = next(
-        (t for t in status.get("tiers") or [] if t.get("name") in DISK_TIERS), {}
+        (t for t in status.get("tiers") or [] if t.get("name") in EVICTED_STATUS_NAMES), {}
     )
     return TierFacts(
         namespace=meta["namespace"],

@@ -8,10 +8,10 @@ from typing import Any
 
 from kvtier.api.policy import KVCachePolicySpec
 from kvtier.api.tier import ConditionType, KVCacheTierSpec
-from kvtier.observe.status import DISK_TIERS
 from kvtier.policy.conditions import UNKNOWN, Verdict
 from kvtier.policy.contract import Facts
 from kvtier.policy.gate import ObservedEvidence
+from kvtier.tiers.registry import EVICTED_STATUS_NAMES
 
 
 def measured_prefill(spec: KVCacheTierSpec, facts: Facts) -> float | None:
@@ -39,7 +39,7 @@ def disk_pressure(
 ) -> tuple[Verdict, int | None] | None:
     """DiskPressure and the used bytes of an NVMe or CephFS tier, from its evictor's gauges
     (kvtier.observe.disk); until the first reading, what the status already says."""
-    if policy is None or policy.metrics is None or disk_tier not in DISK_TIERS:
+    if policy is None or policy.metrics is None or disk_tier not in EVICTED_STATUS_NAMES:
         return None
     kind = ConditionType.DISK_PRESSURE.value
     obs = facts.observation

@@ -24,6 +24,8 @@ DISK_TIERS: tuple[TierType, ...] = (NVME, CEPHFS, OBJECT_STORE)
 CPU: TierType = CPU_TIER
 TIERS: tuple[TierType, ...] = (CPU, *DISK_TIERS)
 UNSUPPORTED_REASON = "DiskTypeNotSupported"
+# status.tiers names of the tiers kvtier evict keeps ("nvme", "cephfs"; a bucket needs none).
+EVICTED_STATUS_NAMES = tuple(t.status_name for t in TIERS if t.evicted)
 
 _BY_NAME = {t.name: t for t in DISK_TIERS}
 _BY_STATUS_NAME = {t.status_name: t for t in TIERS}
