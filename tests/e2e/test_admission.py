@@ -113,11 +113,12 @@ def test_an_api_version_its_kind_is_not_registered_in_is_refused_naming_the_know
     admin_api: client.ApiClient, ns: str
 ) -> None:
     for kind in KINDS:
-        ref = {"kind": kind.kind, "name": "vllm", "apiVersion": "apps/v1"}
+        # A well-formed apiVersion that no registered kind is written in.
+        ref = {"kind": kind.kind, "name": "vllm", "apiVersion": "example.com/v1"}
         message = _refusal(admin_api, ns, ref)
         assert "spec.targetRef.apiVersion: Invalid value" in message, message
         assert (
-            f"spec.targetRef.apiVersion apps/v1 is not a version kvtier supports for "
+            f"spec.targetRef.apiVersion example.com/v1 is not a version kvtier supports for "
             f"{kind.kind}: {', '.join(api_versions(kind))}"
         ) in message, message
 
