@@ -24,8 +24,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kvtier.render.labels import TIER_ID
-from kvtier.render.naming import tier_id
+from kvtier.names.labels import TIER_ID
+from kvtier.names.objects import tier_id
 from localcluster import LocalCluster
 from tests.conftest import api_client
 from tests.e2e.bad_configs import (

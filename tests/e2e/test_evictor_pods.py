@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from kvtier.names.labels import TierRef
+from kvtier.names.objects import EVICTOR_CONTAINER as CONTAINER
+from kvtier.names.objects import KV_CACHE_VOLUME
 from kvtier.render.evictor import (
-    CONTAINER,
     EvictorSettings,
     cephfs_evictor_deployment,
     nvme_evictor_sidecar,
 )
-from kvtier.render.labels import TierRef
-from kvtier.render.naming import KV_CACHE_VOLUME
 from tests.e2e.kube_helpers import create_tier, eventually, get_tier, new_namespace
 from tests.e2e.test_pod_security import REFUSED, dry_run_pod
 

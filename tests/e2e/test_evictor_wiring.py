@@ -14,9 +14,9 @@ import pytest
 from kubernetes import client
 
 from kvtier.api.common import quantity_bytes
-from kvtier.render.evictor import CONTAINER
-from kvtier.render.labels import TIER_ID
-from kvtier.render.naming import tier_id
+from kvtier.names.labels import TIER_ID
+from kvtier.names.objects import EVICTOR_CONTAINER as CONTAINER
+from kvtier.names.objects import tier_id
 from localcluster import LocalCluster
 from tests.e2e import audit
 from tests.e2e.conftest import create_target, inference_service

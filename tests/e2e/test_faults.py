@@ -27,10 +27,10 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from kvtier.kube.rest import Kube
-from kvtier.names import APPLIED_ANNOTATION
+from kvtier.names.labels import MANAGED_BY, NVME_POOL, TIER_ID
+from kvtier.names.objects import cephfs_claim_name, nvme_volume_name, tier_id
+from kvtier.names.records import APPLIED_ANNOTATION
 from kvtier.policy.provisioning import covers
-from kvtier.render.labels import MANAGED_BY, NVME_POOL, TIER_ID
-from kvtier.render.naming import cephfs_claim_name, nvme_volume_name, tier_id
 from localcluster import LocalCluster, fake_gpu_nodes
 from tests.conftest import api_client
 from tests.e2e import audit

@@ -28,7 +28,7 @@ import yaml
 from kubernetes import client
 
 from kvtier.kube.rest import Kube
-from kvtier.render.naming import DSHM_VOLUME
+from kvtier.names.objects import DSHM_VOLUME
 from kvtier.render.quantities import quantity_to_bytes
 from kvtier.targets.pod import KV_FLAG
 from tests.e2e import audit

@@ -30,9 +30,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kvtier.render.evictor import CONTAINER as EVICTOR
+from kvtier.names.objects import DSHM_VOLUME, KV_CACHE_VOLUME
+from kvtier.names.objects import EVICTOR_CONTAINER as EVICTOR
 from kvtier.render.evictor import EvictorSettings
-from kvtier.render.naming import DSHM_VOLUME, KV_CACHE_VOLUME
 from kvtier.sizing import ConnectorSettings
 from kvtier.targets.offload import Offload, plan_offload
 from kvtier.targets.pod import KV_FLAG

@@ -17,8 +17,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kvtier.names import FIELD_MANAGER
-from kvtier.render.evictor import CONTAINER as EVICTOR_CONTAINER
-from kvtier.render.naming import DSHM_VOLUME
+from kvtier.names.objects import DSHM_VOLUME, EVICTOR_CONTAINER
 from tests.e2e.conftest import create_target, inference_service, llm_inference_service
 from tests.e2e.kube_helpers import (
     GROUP,

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from kvtier.api.tier import API_VERSION
 from kvtier.controller.controller import PENDING_RETRY_SECONDS, Controller
 from kvtier.kube.rest import Kube
+from kvtier.names import API_VERSION
 from tests.conftest import api_client
 from tests.e2e.conftest import create_target, inference_service, own_cluster
 from tests.e2e.kube_helpers import create_tier, new_namespace

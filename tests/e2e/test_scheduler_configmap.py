@@ -22,12 +22,12 @@ import yaml
 from kubernetes import client
 
 from kvtier.kube.rest import Kube
-from kvtier.render.naming import tier_id
+from kvtier.names.objects import tier_id
+from kvtier.names.records import SCHEDULER_RECORD as RECORD_ANNOTATION
 from kvtier.render.picker_version import picker_layout
 from kvtier.render.scheduler import SchedulerSync
 from kvtier.render.scheduler_configmap import (
     GRANT_VALUE,
-    RECORD_ANNOTATION,
     configmap_sync,
     configmap_writes,
 )

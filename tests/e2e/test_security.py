@@ -20,8 +20,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kvtier.render.labels import MANAGED_BY, NVME_POOL, TIER_ID, TierRef
-from kvtier.render.naming import nvme_volume_name, tier_id
+from kvtier.names.labels import MANAGED_BY, NVME_POOL, TIER_ID, TierRef
+from kvtier.names.objects import nvme_volume_name, tier_id
 from kvtier.render.probe_job import probe_job
 from kvtier.tiers.base import PerPodClaim, ProbeVolume, SharedClaim
 from localcluster import LocalCluster, build_binaries, write_kubeconfig

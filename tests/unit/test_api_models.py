@@ -10,7 +10,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from kvtier.api import KVCachePolicy, KVCacheTier, KVCacheTierStatus, quantity_bytes
-from kvtier.api.tier import API_VERSION, DiskType, Mode, Topology
+from kvtier.api.tier import DiskType, Mode, Topology
+from kvtier.names import API_VERSION
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MODELS: dict[str, type[BaseModel]] = {"KVCacheTier": KVCacheTier, "KVCachePolicy": KVCachePolicy}

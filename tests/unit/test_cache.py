@@ -8,7 +8,7 @@ from prometheus_client import REGISTRY
 
 from kvtier import metrics
 from kvtier.controller.cache import Cache, is_news
-from kvtier.render.naming import tier_id
+from kvtier.names.objects import tier_id
 
 
 def tier(target: str, config_map: str | None = None) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import jsonpatch
 
-from kvtier.names import APPLIED_ANNOTATION
+from kvtier.names.records import APPLIED_ANNOTATION
 from kvtier.policy.decide import decide
 from kvtier.render.scheduler_configmap import GRANT_VALUE
 from tests.scheduler_fixtures import EPP

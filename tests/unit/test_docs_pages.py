@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kvtier.names import APPLIED_ANNOTATION, FINALIZER
+from kvtier.names import FINALIZER
+from kvtier.names.records import APPLIED_ANNOTATION
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = ("api.md", "sizing.md", "troubleshooting.md", "upgrade.md", "nvme.md")

@@ -17,11 +17,11 @@ from kvtier.api.policy import KVCachePolicy, KVCachePolicySpec
 from kvtier.api.tier import KVCacheTier, ValueSource
 from kvtier.evict.policy import DEFAULT_HIGH, DEFAULT_LOW, DEFAULT_PROTECT_SECONDS
 from kvtier.evict.run import DEFAULT_INTERVAL_SECONDS
-from kvtier.names import APPLIED_ANNOTATION
+from kvtier.names.objects import EVICTOR_CONTAINER as CONTAINER
+from kvtier.names.objects import KV_CACHE_VOLUME
+from kvtier.names.records import APPLIED_ANNOTATION
 from kvtier.policy.provisioning import removal_writes
 from kvtier.render import DesiredWrite, RenderResult, TierRef
-from kvtier.render.evictor import CONTAINER
-from kvtier.render.naming import KV_CACHE_VOLUME
 from kvtier.render.quantities import quantity_to_bytes
 from kvtier.render.writes import prune_writes, render_writes
 from kvtier.settings import effective_settings

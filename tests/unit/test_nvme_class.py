@@ -18,10 +18,10 @@ from kvtier.api.policy import (
 from kvtier.controller.controller import Controller
 from kvtier.controller.watches import on_capacity, on_policy, on_storage_class
 from kvtier.kube.rest import Kube
+from kvtier.names.labels import TierRef
 from kvtier.policy.contract import Decision
 from kvtier.policy.decide import decide
 from kvtier.policy.provisioning import policy_writes
-from kvtier.render.labels import TierRef
 from kvtier.settings import nvme_pools
 from kvtier.tiers.nvme import binding_warning, class_claim_spec, class_pool_note, nvme_claim_spec
 from tests.unit.test_decide import NODES, facts, llmisvc, tier

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from kvtier.api.observation import EffectiveState, TPrefill
 from kvtier.observe import series as s
 from kvtier.observe.figures import figures
 from kvtier.observe.series import SeriesKey, Snapshot, increases, parse_exposition
 from kvtier.observe.verdict import (
-    EffectiveState,
     Thresholds,
-    TPrefill,
     choose_t_prefill,
     judge,
     settle,

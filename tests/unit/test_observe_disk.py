@@ -9,11 +9,12 @@ from typing import Any, cast
 from prometheus_client import REGISTRY
 
 from kvtier import metrics
+from kvtier.api.observation import DiskObservation, EffectiveState, Observation
 from kvtier.evict.metrics import EvictMetrics
 from kvtier.observe import disk
 from kvtier.observe.series import Snapshot, merge, parse_exposition
-from kvtier.observe.status import Observation, tier_facts
-from kvtier.observe.verdict import EffectiveState, Thresholds
+from kvtier.observe.status import tier_facts
+from kvtier.observe.verdict import Thresholds
 from kvtier.policy.decide import decide
 from tests import evictor_exposition as ex
 from tests.unit.test_decide import POLICY, conds, facts, tier
@@ -35,7 +36,7 @@ def snap(at: float, **usage_by_pod: float | None) -> Snapshot:
 
 def run(
     before: Snapshot | None, after: Snapshot, previous: EffectiveState | None = None
-) -> disk.DiskObservation:
+) -> DiskObservation:
     return disk.evaluate("nvme", before, after, WINDOW, TH, previous)
 
 
@@ -100,7 +101,7 @@ METRICS_POLICY: dict[str, Any] = {
 NVME = {"disk": {"type": "NVMe", "nvme": {"pool": "local-nvme"}}}
 
 
-def _observation(d: disk.DiskObservation) -> Observation:
+def _observation(d: DiskObservation) -> Observation:
     return Observation(EffectiveState("Unknown", "LowTraffic", "quiet"), None, disk=d)
 
 

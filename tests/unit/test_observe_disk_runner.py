@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from kvtier.names.labels import TierRef
 from kvtier.observe import disk
 from kvtier.observe.runner import Observer
 from kvtier.render.evictor import cephfs_evictor_name
-from kvtier.render.labels import TierRef
 from tests import evictor_exposition as ex
 from tests.metrics_server import MetricsServer
 

@@ -10,9 +10,10 @@ import pytest
 from prometheus_client import REGISTRY
 
 from kvtier import metrics
+from kvtier.api.observation import EffectiveState, Observation, TPrefill
 from kvtier.observe.series import parse_exposition
-from kvtier.observe.status import Observation, evaluate, failed, steady, tier_facts
-from kvtier.observe.verdict import EffectiveState, Thresholds, TPrefill
+from kvtier.observe.status import evaluate, failed, steady, tier_facts
+from kvtier.observe.verdict import Thresholds
 from kvtier.policy.decide import decide
 from tests import vllm_exposition as vx
 from tests.unit.test_decide import POLICY, conds, facts, tier

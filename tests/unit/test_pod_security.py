@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kvtier.render.labels import TierRef
-from kvtier.render.naming import DSHM_VOLUME, KV_CACHE_VOLUME
+from kvtier.names.labels import TierRef
+from kvtier.names.objects import DSHM_VOLUME, KV_CACHE_VOLUME
 from kvtier.render.probe_job import probe_job
 from kvtier.render.result import DesiredWrite
 from kvtier.sizing import ConnectorSettings

@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
-from kvtier.render.labels import TierRef
+from kvtier.names.labels import PROBE_TIER, TierRef
 from kvtier.render.probe_job import (
     MOUNT_PATH,
-    PROBE_TIER,
     ProbeMessageError,
     parse_termination_message,
     probe_job,

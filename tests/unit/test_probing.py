@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from kvtier.names.labels import PROBE_TIER, TierRef
 from kvtier.policy.probing import JOB_NAME, REPROBE_ANNOTATION, backoff, plan_probe
 from kvtier.policy.provisioning import pending_writes
 from kvtier.render import DesiredWrite
-from kvtier.render.labels import TierRef
-from kvtier.render.probe_job import PROBE_TIER, probe_job_name
+from kvtier.render.probe_job import probe_job_name
 from kvtier.tiers.base import ProbeVolume, SharedClaim
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

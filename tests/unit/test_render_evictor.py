@@ -9,16 +9,16 @@ from typing import Any
 import pytest
 
 from kvtier.cli import build_parser
+from kvtier.names.labels import TIER_ID, TierRef
+from kvtier.names.objects import EVICTOR_CONTAINER as CONTAINER
+from kvtier.names.objects import EVICTOR_METRICS_PORT as METRICS_PORT
+from kvtier.names.objects import KV_CACHE_VOLUME
 from kvtier.render.evictor import (
-    CONTAINER,
-    METRICS_PORT,
     EvictorSettings,
     cephfs_evictor_deployment,
     evictor_resources,
     nvme_evictor_sidecar,
 )
-from kvtier.render.labels import TIER_ID, TierRef
-from kvtier.render.naming import KV_CACHE_VOLUME
 from kvtier.render.quantities import quantity_to_bytes
 from tests.pod_security import restricted_violations
 

@@ -7,8 +7,8 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvtier.api.tier import API_VERSION
-from kvtier.render.labels import (
+from kvtier.names import API_VERSION
+from kvtier.names.labels import (
     MANAGED_BY,
     TIER_ID,
     TIER_NAME,
@@ -18,7 +18,7 @@ from kvtier.render.labels import (
     tier_labels,
     tier_selector,
 )
-from kvtier.render.naming import (
+from kvtier.names.objects import (
     cephfs_claim_name,
     hashed_name,
     nvme_storage_class_name,

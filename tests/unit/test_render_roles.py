@@ -14,7 +14,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from kvtier.names import APPLIED_ANNOTATION
+from kvtier.names.records import APPLIED_ANNOTATION
 from kvtier.policy.roles import RolePlan, role_input, role_plans
 from kvtier.sizing import (
     ConnectorSettings,

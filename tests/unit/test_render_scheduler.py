@@ -11,7 +11,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from kvtier.names import APPLIED_ANNOTATION
+from kvtier.names.records import APPLIED_ANNOTATION
 from kvtier.render.picker_version import VERSION_UNKNOWN_REASON, picker_layout
 from kvtier.render.scheduler import (
     CPU_SCORER,

@@ -8,7 +8,7 @@ import pytest
 
 from kvtier.api.policy import KVCachePolicySpec, Retention, VolumeSource
 from kvtier.api.tier import KVCacheTierSpec
-from kvtier.render.labels import MANAGED_BY, NVME_POOL, RETENTION, TIER_ID, TierRef
+from kvtier.names.labels import MANAGED_BY, NVME_POOL, RETENTION, TIER_ID, TierRef
 from kvtier.render.result import RenderError
 from kvtier.settings import NVMePoolSettings, effective_settings
 from kvtier.sizing import SizingInput, lookup_model, plan

@@ -13,8 +13,8 @@ import jsonpatch
 import pytest
 import yaml
 
-from kvtier.names import APPLIED_ANNOTATION
-from kvtier.render.naming import DSHM_VOLUME, KV_CACHE_VOLUME
+from kvtier.names.objects import DSHM_VOLUME, KV_CACHE_VOLUME
+from kvtier.names.records import APPLIED_ANNOTATION
 from kvtier.render.result import DesiredWrite, RenderError
 from kvtier.sizing import ConnectorSettings, kv_transfer_config
 from kvtier.targets.base import Conflict

@@ -12,8 +12,8 @@ import yaml
 
 from kvtier.api.policy import KVCachePolicy
 from kvtier.api.tier import KVCacheTier, PlanStatus
+from kvtier.names.labels import TIER_ID
 from kvtier.render import DesiredWrite, RenderError, RenderResult, TierRef
-from kvtier.render.labels import TIER_ID
 from kvtier.render.result import PLAN_ACTIONS_MAX
 from kvtier.render.writes import prune_writes, render_writes
 from kvtier.settings import EffectiveSettings, effective_settings

@@ -17,6 +17,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvtier.names.records import SCHEDULER_RECORD as RECORD_ANNOTATION
+from kvtier.names.records import configmap_record
 from kvtier.policy.scheduler import configmap_step, referenced_configmap, scheduler_verdict
 from kvtier.render.picker_version import picker_layout
 from kvtier.render.scheduler import (
@@ -29,10 +31,8 @@ from kvtier.render.scheduler import (
 )
 from kvtier.render.scheduler_configmap import (
     GRANT_VALUE,
-    RECORD_ANNOTATION,
     SHARED_REASON,
     configmap_holds,
-    configmap_record,
     configmap_restore_writes,
     configmap_sync,
     configmap_writes,

@@ -15,9 +15,9 @@ from kvtier.controller import controller as controller_module
 from kvtier.controller.controller import Controller
 from kvtier.controller.watches import on_configmap
 from kvtier.kube.rest import Kube
+from kvtier.names.objects import tier_id
+from kvtier.names.records import SCHEDULER_RECORD as RECORD_ANNOTATION
 from kvtier.render import DesiredWrite
-from kvtier.render.naming import tier_id
-from kvtier.render.scheduler_configmap import RECORD_ANNOTATION
 
 KEY = ("llm", "qwen")
 TARGET = ("LLMInferenceService", "llm", "qwen")

@@ -12,7 +12,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from kvtier.names import APPLIED_ANNOTATION
+from kvtier.names.records import APPLIED_ANNOTATION
 from kvtier.render.result import RenderError
 from kvtier.sizing import ConnectorSettings
 from kvtier.targets.base import Conflict

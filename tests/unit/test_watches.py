@@ -12,13 +12,13 @@ from typing import Any
 
 from kubernetes import client
 
-from kvtier.api.tier import API_VERSION
 from kvtier.controller.controller import Controller
 from kvtier.controller.watches import on_owned, on_target, on_tier
 from kvtier.controller.workqueue import WorkQueue
 from kvtier.kube.rest import Kube
-from kvtier.render.labels import TIER_ID
-from kvtier.render.naming import tier_id
+from kvtier.names import API_VERSION
+from kvtier.names.labels import TIER_ID
+from kvtier.names.objects import tier_id
 
 KEY = ("ns", "t")
 VERSION = "serving.kserve.io/v1beta1"

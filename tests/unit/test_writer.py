@@ -15,10 +15,10 @@ from prometheus_client import REGISTRY
 
 from kvtier.controller.controller import Controller
 from kvtier.controller.policy_reconciler import POLICY_KEY
+from kvtier.names.labels import TIER_ID
+from kvtier.names.objects import tier_id
 from kvtier.policy.replica1 import CONDITION, RECHECK_SECONDS
 from kvtier.render import DesiredWrite
-from kvtier.render.labels import TIER_ID
-from kvtier.render.naming import tier_id
 
 Key = tuple[str, str | None, str]
 

@@ -17,14 +17,13 @@ from pydantic import BaseModel
 
 from kvtier.api.policy import KVCachePolicy, KVCachePolicySpec, KVCachePolicyStatus
 from kvtier.api.tier import (
-    GROUP,
-    VERSION,
     KVCacheTier,
     KVCacheTierSpec,
     KVCacheTierStatus,
     TargetKinds,
     target_ref_schema,
 )
+from kvtier.names import GROUP, VERSION
 
 CATEGORY = "kvcache"
 

@@ -28,10 +28,6 @@ from kvtier.api.common import (
 )
 from kvtier.api.observed import ObservedStatus
 
-GROUP = "kvcache.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-
 
 class Mode(StrEnum):
     """Apply writes the tiers and patches the target; Plan computes and reports only."""

@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvtier.render.labels import MANAGED_BY, MANAGER, TIER_ID
-from kvtier.render.naming import tier_id
+from kvtier.names.labels import MANAGED_BY, MANAGER, TIER_ID
+from kvtier.names.objects import tier_id
+from kvtier.names.records import configmap_record
 from kvtier.render.picker_version import KSERVE_NAMESPACE, config_keys
 from kvtier.render.scheduler import config_ref
-from kvtier.render.scheduler_configmap import configmap_record
 from kvtier.targets.registry import api_versions, registered
 
 TierKey = tuple[str, str]  # (namespace, name)

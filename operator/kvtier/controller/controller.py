@@ -24,6 +24,7 @@ from kvtier.controller.policy_reconciler import POLICY_KEY, PolicyReconciler
 from kvtier.controller.runtime import Runtime
 from kvtier.kube.rest import Kube
 from kvtier.names import FINALIZER
+from kvtier.names.objects import tier_id
 from kvtier.policy.claims import claim_key
 from kvtier.policy.contract import DEFAULT_PROBE_IMAGE, Decision, Facts
 from kvtier.policy.decide import decide
@@ -31,7 +32,6 @@ from kvtier.policy.events import Event, announce
 from kvtier.policy.provisioning import object_key, pending_writes, removal_writes
 from kvtier.policy.scheduler import removal_configmap_writes
 from kvtier.render import DesiredWrite
-from kvtier.render.naming import tier_id
 from kvtier.render.scheduler import config_ref
 from kvtier.targets.registry import registered
 

@@ -15,14 +15,14 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from kvtier.api.tier import API_VERSION
 from kvtier.controller.cache import Cache, TierKey, is_news
 from kvtier.controller.controller import Controller
 from kvtier.controller.policy_reconciler import POLICY_KEY
 from kvtier.kube.informer import Deliver, Watched
+from kvtier.names import API_VERSION
+from kvtier.names.labels import PROBE_TIER
+from kvtier.names.records import configmap_record
 from kvtier.policy.replica1 import filesystem_key, is_replica1
-from kvtier.render.probe_job import PROBE_TIER
-from kvtier.render.scheduler_configmap import configmap_record
 from kvtier.targets.registry import KINDS, api_versions
 
 Handler = Callable[[Controller, str, dict[str, Any]], None]

@@ -18,10 +18,9 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from kvtier import metrics
-from kvtier.api.tier import API_VERSION
 from kvtier.controller.cache import Cache
 from kvtier.kube.rest import Kube
-from kvtier.names import FINALIZER
+from kvtier.names import API_VERSION, FINALIZER
 from kvtier.policy.provisioning import Unkept, UnkeptKey, unkept_write
 from kvtier.render import DesiredWrite
 

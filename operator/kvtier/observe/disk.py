@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvtier.api.observation import DiskObservation, EffectiveState
 from kvtier.observe.series import Snapshot
-from kvtier.observe.verdict import EffectiveState, Thresholds, Verdict, settle
+from kvtier.observe.verdict import Thresholds, Verdict, settle
 
 # The evictor's gauges (kvtier.evict.metrics defines them; a unit test keeps these in step).
 USED = "kvtier_evict_used_bytes"
@@ -47,16 +48,6 @@ class DiskReading:
         """At or above the high watermark less `margin` (relative); the evictor's own flag
         counts only without the margin, as it knows no band."""
         return self.usage >= self.high * (1 - margin) or (margin == 0 and self.above_high)
-
-
-@dataclass(frozen=True)
-class DiskObservation:
-    """The DiskPressure state in force and the figures for status.tiers[]."""
-
-    tier: str  # the status.tiers[] name: nvme or cephfs
-    state: EffectiveState
-    used_bytes: int | None = None
-    capacity_bytes: int | None = None
 
 
 def readings(snap: Snapshot) -> dict[str, DiskReading]:

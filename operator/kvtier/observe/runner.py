@@ -17,15 +17,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from kvtier.api.observation import DiskObservation, Observation
 from kvtier.api.observed import MetricsSpec, PrometheusCA
+from kvtier.names.labels import TierRef
+from kvtier.names.objects import EVICTOR_METRICS_PORT
 from kvtier.observe import disk
-from kvtier.observe.disk import DiskObservation
 from kvtier.observe.prometheus import PrometheusClient, PrometheusSource, QueryError
 from kvtier.observe.queries import Selection
 from kvtier.observe.scrape import History, PodEndpoint, scrape
 from kvtier.observe.series import Snapshot
 from kvtier.observe.status import (
-    Observation,
     Source,
     TierFacts,
     evaluate,
@@ -33,8 +34,6 @@ from kvtier.observe.status import (
     tier_facts,
 )
 from kvtier.observe.verdict import Thresholds
-from kvtier.render.evictor import METRICS_PORT as EVICTOR_METRICS_PORT
-from kvtier.render.labels import TierRef
 from kvtier.tiers.registry import tier_by_status_name
 
 log = logging.getLogger("kvtier.observe")

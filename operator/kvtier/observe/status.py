@@ -11,15 +11,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
+from kvtier.api.observation import EffectiveState, Observation, Status, TPrefill
 from kvtier.observe.disk import CONDITION as DISK_CONDITION
-from kvtier.observe.disk import DiskObservation
 from kvtier.observe.figures import Figures, figures
 from kvtier.observe.series import Snapshot, increases
 from kvtier.observe.verdict import (
-    EffectiveState,
-    Status,
     Thresholds,
-    TPrefill,
     Verdict,
     choose_t_prefill,
     judge,
@@ -126,16 +123,6 @@ def steady(measured: float | None, previous: float | None, margin: float) -> flo
     if measured is None or previous is None or previous <= 0:
         return measured
     return previous if abs(measured - previous) < margin * previous else measured
-
-
-@dataclass(frozen=True)
-class Observation:
-    """The result of one evaluation: what to write, and the t_prefill the gate may use."""
-
-    state: EffectiveState
-    observed: dict[str, Any] | None  # status.observed; None keeps the figures last written
-    t_prefill: TPrefill | None = None
-    disk: DiskObservation | None = None  # DiskPressure, for a tier with a disk tier
 
 
 def _round(value: float | None) -> float | None:

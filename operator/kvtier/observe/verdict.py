@@ -13,12 +13,9 @@ evaluations in a row agree on it.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
 
+from kvtier.api.observation import EffectiveState, Status, TPrefill
 from kvtier.observe.figures import Figures
-
-Status = Literal["True", "False", "Unknown"]
-TPrefillSource = Literal["Baseline", "Measured"]
 
 # Condition reasons (docs/troubleshooting.md, TierEffective).
 REASON_SERVES_HITS = "ServesHits"
@@ -38,19 +35,6 @@ class Thresholds:
     confirmations: int = 2  # evaluations in a row before the status flips
 
 
-@dataclass(frozen=True)
-class TPrefill:
-    """Prefill seconds per token, and where it came from: the typed baseline TTFT over the
-    average context, or measured (prefill time over tokens computed locally)."""
-
-    seconds_per_token: float
-    source: TPrefillSource
-
-    def ttft_at(self, context_tokens: int) -> float:
-        """The TTFT with offload off that this t_prefill implies at a context length."""
-        return self.seconds_per_token * context_tokens
-
-
 def choose_t_prefill(
     baseline_ttft: float | None, context_tokens: int, measured: float | None
 ) -> TPrefill | None:
@@ -67,17 +51,6 @@ class Verdict:
     status: Status
     reason: str
     message: str
-
-
-@dataclass(frozen=True)
-class EffectiveState:
-    """The verdict in force, and the one waiting for confirmation (kept in status)."""
-
-    status: Status
-    reason: str
-    message: str
-    pending_status: Status | None = None
-    pending_count: int = 0
 
 
 def _g(value: float) -> str:

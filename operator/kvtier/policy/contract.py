@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from kvtier.observe.status import Observation
+from kvtier.api.observation import Observation
 from kvtier.policy.events import Event
 from kvtier.policy.probing import ProbeStep
 from kvtier.policy.provisioning import Unkept, UnkeptKey

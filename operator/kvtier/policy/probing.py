@@ -18,10 +18,9 @@ from croniter import croniter
 
 from kvtier.api.common import timestamp
 from kvtier.api.tier import ConditionType
+from kvtier.names.labels import PROBE_TIER, TierRef
 from kvtier.policy.conditions import FALSE, TRUE, Verdict
-from kvtier.render.labels import TierRef
 from kvtier.render.probe_job import (
-    PROBE_TIER,
     ProbeMessageError,
     parse_termination_message,
     probe_job,

@@ -17,10 +17,10 @@ from kubernetes.utils import parse_quantity
 from kvtier.api.common import quantity_bytes
 from kvtier.api.policy import KVCachePolicySpec
 from kvtier.api.tier import ConditionType, KVCacheTierSpec
-from kvtier.names import APPLIED_ANNOTATION
+from kvtier.names.labels import RETENTION
+from kvtier.names.records import APPLIED_ANNOTATION
 from kvtier.policy.conditions import FALSE, TRUE, Verdict
 from kvtier.render import DesiredWrite
-from kvtier.render.labels import RETENTION
 from kvtier.settings import EffectiveSettings, effective_settings
 from kvtier.targets.registry import KINDS, unapply_writes
 from kvtier.tiers.registry import policy_writes as tier_policy_writes

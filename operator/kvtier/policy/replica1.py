@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from kvtier.names.labels import MANAGED_BY, MANAGER
 from kvtier.policy.conditions import FALSE, TRUE, Verdict, merge_conditions
 from kvtier.policy.provisioning import (
     covers,
@@ -36,7 +37,6 @@ from kvtier.policy.provisioning import (
     policy_writes,
 )
 from kvtier.render import DesiredWrite
-from kvtier.render.labels import MANAGED_BY, MANAGER
 from kvtier.tiers.cephfs import REPLICA1, replica1_ceph_pool
 
 CONDITION = "Replica1PoolReady"

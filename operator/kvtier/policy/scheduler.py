@@ -11,6 +11,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from kvtier.api.tier import ConditionType
+from kvtier.names.records import configmap_record
 from kvtier.policy.conditions import FALSE, TRUE, Verdict
 from kvtier.render import DesiredWrite
 from kvtier.render.scheduler import (
@@ -23,7 +24,6 @@ from kvtier.render.scheduler import (
 from kvtier.render.scheduler_configmap import (
     GRANT_VALUE,
     configmap_holds,
-    configmap_record,
     configmap_restore_writes,
     value_to_set,
 )

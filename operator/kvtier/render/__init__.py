@@ -6,7 +6,7 @@ module under kvtier/targets/, which imports the builders here it needs: this mod
 only what imports no target module.
 """
 
-from kvtier.render.labels import TierRef
+from kvtier.names.labels import TierRef
 from kvtier.render.result import DesiredWrite, RenderError, RenderResult
 
 __all__ = [

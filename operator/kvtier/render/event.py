@@ -7,8 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from kvtier.api.common import timestamp
-from kvtier.api.tier import API_VERSION
-from kvtier.names import FIELD_MANAGER
+from kvtier.names import API_VERSION, FIELD_MANAGER
 
 MAX_MESSAGE = 1024  # the API server refuses longer Event messages
 

@@ -21,14 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvtier.render.labels import TierRef, owner_references, tier_labels, tier_selector
-from kvtier.render.naming import KV_CACHE_VOLUME, hashed_name
+from kvtier.names.labels import TierRef, owner_references, tier_labels, tier_selector
+from kvtier.names.objects import EVICTOR_CONTAINER as CONTAINER
+from kvtier.names.objects import EVICTOR_METRICS_PORT as METRICS_PORT
+from kvtier.names.objects import KV_CACHE_VOLUME, hashed_name
 from kvtier.render.quantities import to_quantity
 
-CONTAINER = "kvtier-evictor"
 COMPONENT = "app.kubernetes.io/component"
 COMPONENT_VALUE = "evictor"
-METRICS_PORT = 9466
 METRICS_PORT_NAME = "evict-metrics"
 DEFAULT_MOUNT_PATH = "/mnt/kv-cache"  # where the model server mounts the tier's volume
 DEPLOYMENT_NAME_MAX = 47  # ReplicaSet and pod names append up to 16 characters

@@ -16,11 +16,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from kvtier.api.tier import ProbeResult
-from kvtier.render.labels import TierRef, owner_references, tier_labels
-from kvtier.render.naming import KV_CACHE_VOLUME, PREFIX, short_hash
+from kvtier.names.labels import PROBE_TIER, TierRef, owner_references, tier_labels
+from kvtier.names.objects import KV_CACHE_VOLUME, PREFIX, short_hash
 from kvtier.tiers.base import ProbeVolume
 
-PROBE_TIER = "kvcache.io/probe-tier"
 MOUNT_PATH = "/mnt/kv-cache"  # where vLLM's fs tier lives in the model-server pod too
 TERMINATION_LOG = "/dev/termination-log"
 CONTAINER = "probe"

@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from kvtier.names.records import SCHEDULER_RECORD as RECORD_ANNOTATION
+from kvtier.names.records import configmap_record
 from kvtier.render.result import DesiredWrite
 from kvtier.render.scheduler import (
     AUTO_TUNE,
@@ -41,7 +43,6 @@ from kvtier.render.scheduler import (
 from kvtier.render.scheduler_text import edit_parameters, load_config
 from kvtier.targets.offload import RoleOffload
 
-RECORD_ANNOTATION = "kvcache.io/scheduler"
 SHARED_REASON = "SchedulerConfigShared"
 GRANT_VALUE = "schedulerConfigMaps.namespaces"  # the chart value that grants the write
 
@@ -53,16 +54,6 @@ def _pointer(*path: str) -> str:
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
-
-
-def configmap_record(configmap: Mapping[str, Any]) -> dict[str, Any] | None:
-    """kvtier's record on a ConfigMap, or None (absent or garbled)."""
-    text = (_meta(configmap).get("annotations") or {}).get(RECORD_ANNOTATION)
-    try:
-        record = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
 
 
 def value_to_set(roles: Sequence[RoleOffload]) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvtier.api.tier import KVCacheTierSpec
-from kvtier.render.labels import TIER_ID, TierRef
+from kvtier.names.labels import TIER_ID, TierRef
 from kvtier.render.picker_version import picker_layout as layout_of
 from kvtier.render.result import DesiredWrite, RenderResult
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kvtier.render.evictor import CONTAINER as EVICTOR_CONTAINER
+from kvtier.names.objects import EVICTOR_CONTAINER
 from kvtier.render.result import DesiredWrite, RenderError
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
 from kvtier.targets import facts as read

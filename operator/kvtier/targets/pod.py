@@ -27,10 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvtier.names import APPLIED_ANNOTATION
-from kvtier.render.evictor import CONTAINER as EVICTOR_CONTAINER
+from kvtier.names.objects import DSHM_VOLUME, EVICTOR_CONTAINER, KV_CACHE_VOLUME
+from kvtier.names.records import APPLIED_ANNOTATION
 from kvtier.render.evictor import nvme_evictor_sidecar
-from kvtier.render.naming import DSHM_VOLUME, KV_CACHE_VOLUME
 from kvtier.render.quantities import quantity_to_bytes, to_quantity
 from kvtier.render.result import DesiredWrite
 from kvtier.sizing.vllm import ACCESS_KEY_ENV, SECRET_KEY_ENV, SHM_FILES, SHM_PATH

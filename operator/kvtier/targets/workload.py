@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kvtier.render.labels import MANAGED_BY, MANAGER
+from kvtier.names.labels import MANAGED_BY, MANAGER
 from kvtier.render.result import DesiredWrite, RenderError
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
 from kvtier.targets import facts as read

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kvtier.names.labels import TierRef
 from kvtier.render.evictor import EvictorSettings
-from kvtier.render.labels import TierRef
 from kvtier.render.result import DesiredWrite
 
 if TYPE_CHECKING:  # the target kinds read the claims here, and never the settings

@@ -36,9 +36,9 @@ from typing import Any
 from kvtier.api.common import quantity_bytes
 from kvtier.api.policy import KVCachePolicySpec, Retention
 from kvtier.api.tier import KVCacheTierSpec
+from kvtier.names.labels import TierRef, managed_labels, owner_references, tier_labels
+from kvtier.names.objects import cephfs_claim_name, python_hash_seed
 from kvtier.render.evictor import EvictorSettings, cephfs_evictor_deployment, cephfs_evictor_name
-from kvtier.render.labels import TierRef, managed_labels, owner_references, tier_labels
-from kvtier.render.naming import cephfs_claim_name, python_hash_seed
 from kvtier.render.quantities import round_up, short_quantity, to_quantity
 from kvtier.render.result import DesiredWrite
 from kvtier.settings import EffectiveSettings

@@ -13,7 +13,7 @@ from typing import Any
 
 from kvtier.api.policy import KVCachePolicySpec
 from kvtier.api.tier import KVCacheTierSpec
-from kvtier.render.labels import TierRef
+from kvtier.names.labels import TierRef
 from kvtier.render.quantities import short_quantity
 from kvtier.render.result import DesiredWrite
 from kvtier.settings import EffectiveSettings

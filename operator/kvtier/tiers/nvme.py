@@ -34,7 +34,7 @@ from typing import Any
 from kvtier.api.common import quantity_bytes
 from kvtier.api.policy import KVCachePolicySpec, Retention
 from kvtier.api.tier import KVCacheTierSpec
-from kvtier.render.labels import (
+from kvtier.names.labels import (
     MANAGED_BY,
     MANAGER,
     NVME_POOL,
@@ -44,7 +44,7 @@ from kvtier.render.labels import (
     tier_labels,
     tier_selector,
 )
-from kvtier.render.naming import nvme_storage_class_name, nvme_volume_name
+from kvtier.names.objects import nvme_storage_class_name, nvme_volume_name
 from kvtier.render.quantities import to_quantity
 from kvtier.render.result import DesiredWrite, RenderError
 from kvtier.settings import EffectiveSettings, NVMePoolSettings, nvme_pools

@@ -13,7 +13,7 @@ from typing import Any
 
 from kvtier.api.policy import KVCachePolicySpec
 from kvtier.api.tier import KVCacheTierSpec
-from kvtier.render.labels import TierRef
+from kvtier.names.labels import TierRef
 from kvtier.render.result import DesiredWrite, RenderError
 from kvtier.settings import EffectiveSettings
 from kvtier.sizing import SizingPlan

@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from kvtier.api.tier import API_VERSION
-from kvtier.render.naming import tier_id
+from kvtier.names import API_VERSION
+from kvtier.names.objects import tier_id
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "kvtier"
@@ -15,6 +15,7 @@ TIER_NAMESPACE = "kvcache.io/tier-namespace"
 TIER_NAME = "kvcache.io/tier-name"
 TIER_ID = "kvcache.io/tier-id"
 NVME_POOL = "kvcache.io/nvme-pool"
+PROBE_TIER = "kvcache.io/probe-tier"  # on a storage-probe Job: the tier it measures
 # Annotation on a PersistentVolume: whether the operator deletes it with its tier (the PV's
 # own reclaim policy is always Retain, see nvme.py).
 RETENTION = "kvcache.io/retention"

@@ -18,6 +18,10 @@ HASH_HEX = 8
 # Volume names inside the model-server pod (DNS labels): fixed, one of each per pod.
 DSHM_VOLUME = "kvtier-dshm"
 KV_CACHE_VOLUME = "kvtier-kv-cache"
+# kvtier's evictor: its container (a sidecar in the model-server pod, or its own
+# Deployment's) and the port of its metrics, which the observer scrapes.
+EVICTOR_CONTAINER = "kvtier-evictor"
+EVICTOR_METRICS_PORT = 9466
 
 _INVALID = re.compile(r"[^a-z0-9-]+")
 _DASHES = re.compile(r"-{2,}")
