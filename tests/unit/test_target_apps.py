@@ -16,10 +16,11 @@ from kvtier.names.records import APPLIED_ANNOTATION
 from kvtier.render.result import RenderError
 from kvtier.sizing import ConnectorSettings
 from kvtier.targets.base import Conflict
+from kvtier.targets.command import runs_vllm
 from kvtier.targets.deployment import DEPLOYMENT
 from kvtier.targets.offload import Offload, plan_offload
 from kvtier.targets.statefulset import STATEFUL_SET
-from kvtier.targets.workload import CONTAINER_ANNOTATION, runs_vllm
+from kvtier.targets.workload import CONTAINER_ANNOTATION
 from kvtier.tiers.base import PerPodClaim
 
 GiB = 1024**3

@@ -168,6 +168,7 @@ class _FakeKind:
     plural = "fakes"
     schema_advice = "install the fake CRD"
     reads_picker_configs = False
+    reads = ()
 
 
 def _imports(path: Path) -> set[str]:

@@ -102,6 +102,47 @@ class Cache:
     _by_llmisvc_config: dict[TierKey, set[TargetKey]] = field(default_factory=dict)
     _llmisvc_configs_of: dict[TargetKey, list[TierKey]] = field(default_factory=dict)
 
+    # Objects of the kinds the target kinds read (Kind.reads), by (kind, namespace, name).
+    related: dict[TargetKey, dict[str, Any]] = field(default_factory=dict)
+
+    def set_related(self, obj: dict[str, Any], deleted: bool) -> None:
+        meta = _meta(obj)
+        key = (str(obj.get("kind", "")), str(meta.get("namespace") or ""), str(meta.get("name")))
+        if deleted:
+            self.related.pop(key, None)
+        else:
+            self.related[key] = obj
+
+    def related_for(self, target: Mapping[str, Any] | None) -> list[dict[str, Any]] | None:
+        """The objects of the kinds the target's kind reads (of its namespace, for namespaced
+        kinds); None when its kind reads none, or the cluster serves none of them."""
+        kind = registered(str(target.get("kind"))) if target is not None else None
+        if target is None or kind is None or not kind.reads:
+            return None
+        reads = {r.kind: r.namespaced for r in kind.reads}
+        # Discovery runs at start; a kind whose CRD came later shows by its objects.
+        if not any(k in self.served for k in reads) and not any(
+            k in reads for k, _, _ in self.related
+        ):
+            return None
+        namespace = str(_meta(target).get("namespace") or "")
+        return [
+            obj
+            for (k, ns, _), obj in sorted(self.related.items())
+            if k in reads and (not reads[k] or ns == namespace)
+        ]
+
+    def tiers_for_related(self, kind: str, namespace: str) -> list[TierKey]:
+        """The tiers whose target's kind reads `kind` (in `namespace`, for a namespaced
+        kind): a runtime's change may change the pod KServe builds for any of them."""
+        found: set[TierKey] = set()
+        for (target_kind, target_ns, _), tiers in self._by_target.items():
+            known = registered(target_kind)
+            reads = {r.kind: r.namespaced for r in known.reads} if known is not None else {}
+            if kind in reads and (not reads[kind] or target_ns == namespace):
+                found |= tiers
+        return sorted(found)
+
     def set_tier(self, key: TierKey, tier: dict[str, Any]) -> None:
         self.pop_tier(key, keep_object=True)
         self.tiers[key] = tier

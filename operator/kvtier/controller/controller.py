@@ -135,6 +135,7 @@ class Controller(Runtime):
             scheduler_forbidden=self._forbidden(schedulers),
             llmisvc_configs=self._llmisvc_configs(target),
             kserve_namespace=self.cache.kserve_namespace,
+            related=self.cache.related_for(target),
             target_schemas=await self._target_schemas(target),
         )
         decision = decide(facts)

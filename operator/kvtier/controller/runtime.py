@@ -76,12 +76,14 @@ class Runtime:
         self.enqueue(self.cache.tier_keys())
 
     def served_versions(self) -> dict[str, set[str]]:
-        """Which of their registered versions the cluster serves for the target kinds (API
-        discovery, one request per group version)."""
+        """Which of their registered versions the cluster serves for the target kinds and
+        the kinds they read (API discovery, one request per group version)."""
         wanted: dict[str, set[str]] = {}  # group version → the kinds registered in it
         for kind in KINDS:
             for group_version in api_versions(kind):
                 wanted.setdefault(group_version, set()).add(kind.kind)
+            for related in kind.reads:
+                wanted.setdefault(related.api_version, set()).add(related.kind)
         served: dict[str, set[str]] = {}
         for group_version, kinds in wanted.items():
             try:

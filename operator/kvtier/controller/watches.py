@@ -110,6 +110,20 @@ def on_llmisvc_config(controller: Controller, event: str, obj: dict[str, Any]) -
     controller.enqueue(controller.cache.tiers_for_llmisvc_config(*_ns_name(obj)))
 
 
+def on_related(controller: Controller, event: str, obj: dict[str, Any]) -> None:
+    """An object of a kind a target kind reads (a ServingRuntime): it may change the pod
+    another controller builds for the targets. kvtier never writes one: every event is news."""
+    controller.cache.set_related(obj, deleted=event == "DELETED")
+    namespace = _ns_name(obj)[0]
+    controller.enqueue(controller.cache.tiers_for_related(str(obj.get("kind", "")), namespace))
+
+
+def related_watches() -> list[Watched]:
+    """One watch per kind the target kinds read (Kind.reads), each once."""
+    seen = {(r.api_version, r.kind) for k in KINDS for r in k.reads}
+    return [Watched(api_version, kind) for api_version, kind in sorted(seen)]
+
+
 def on_node(controller: Controller, event: str, obj: dict[str, Any]) -> None:
     name = _ns_name(obj)[1]
     if event == "DELETED":
@@ -190,6 +204,7 @@ def watches(targets: dict[str, str]) -> list[tuple[Watched, Handler]]:
         (Watched(API_VERSION, "KVCacheTier"), on_tier),
         (Watched(API_VERSION, "KVCachePolicy"), on_policy),
         *((Watched(targets[k.kind], k.kind), on_target) for k in KINDS),
+        *((w, on_related) for w in related_watches()),
         (Watched("v1", "ConfigMap"), on_configmap),
         (Watched("serving.kserve.io/v1alpha2", "LLMInferenceServiceConfig"), on_llmisvc_config),
         (Watched("v1", "Node"), on_node),

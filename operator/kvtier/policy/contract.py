@@ -53,6 +53,9 @@ class Facts:
     # (namespace, name), as read (render/picker_version.py); None when none were read.
     llmisvc_configs: Mapping[tuple[str, str], Mapping[str, Any]] | None = None
     kserve_namespace: str = KSERVE_NAMESPACE
+    # The objects of the kinds the target's kind reads (Kind.reads: an InferenceService's
+    # ServingRuntimes and ClusterServingRuntimes), None when the cluster serves none of them.
+    related: Sequence[Mapping[str, Any]] | None = None
     # The schemas the API server serves for the target's kind, by apiVersion (its OpenAPI v3
     # components, render/served_schema.py): each write is checked against the schema of the
     # version it is sent as. A version without one (not read) gets no apply.

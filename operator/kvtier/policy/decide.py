@@ -43,6 +43,7 @@ from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
 from kvtier.render.writes import render_writes
 from kvtier.settings import EffectiveSettings, with_target_vllm_version
 from kvtier.sizing import SizingError, SizingPlan, cpu_tier_cap, plan, record
+from kvtier.targets.base import RelatedObjects
 from kvtier.targets.facts import TargetFacts
 from kvtier.targets.registry import target_facts
 from kvtier.tiers.base import TierRequest
@@ -50,11 +51,11 @@ from kvtier.tiers.nvme import binding_warning
 from kvtier.tiers.registry import CPU, find_disk_tier, status_name
 
 
-def _target_facts(obj: Mapping[str, Any]) -> TargetFacts | Verdict:
+def _target_facts(obj: Mapping[str, Any], related: RelatedObjects) -> TargetFacts | Verdict:
     """The target's facts, or TargetFound=False for a kind no target module reads (the
     KVCacheTier CRD admits none: only facts made by hand get here)."""
     try:
-        return target_facts(obj)
+        return target_facts(obj, related)
     except RenderError as exc:
         return Verdict(exc.condition, FALSE, exc.reason, exc.message)
 
@@ -99,7 +100,7 @@ def decide(facts: Facts) -> Decision:
                 f"spec.targetRef: {ref.kind} {ns}/{ref.name} not found; sizing waits for it",
             )
         )
-    elif isinstance(found := _target_facts(facts.target), Verdict):
+    elif isinstance(found := _target_facts(facts.target, facts.related), Verdict):
         verdicts.append(found)
     else:
         target = users_flags(found, facts.target)
@@ -285,6 +286,7 @@ def _render(
                 if facts.llmisvc_configs is None
                 else picker_layout(facts.target, facts.llmisvc_configs, facts.kserve_namespace)
             ),
+            related=facts.related,
         )
     except RenderError as exc:
         decision.status["plan"] = {"summary": f"{summary}\nCannot apply: {exc.message}"}

@@ -19,7 +19,7 @@ from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
 from kvtier.render.scheduler_configmap import configmap_sync, configmap_writes
 from kvtier.settings import EffectiveSettings
 from kvtier.sizing import SizingPlan
-from kvtier.targets.base import Conflict
+from kvtier.targets.base import Conflict, RelatedObjects
 from kvtier.targets.offload import Offload, RoleOffload, plan_offload
 from kvtier.targets.registry import target_kind
 from kvtier.tiers.base import Provision, TierRequest
@@ -39,6 +39,7 @@ def render_writes(
     kv_cache_dtype_flag: str | None = None,
     scheduler_configmap: Mapping[str, Any] | None = None,
     picker_layout: bool | SchedulerProblem | None = None,
+    related: RelatedObjects = None,
 ) -> RenderResult:
     """The writes for the tier's chosen topology, or a conflict when the target already has
     an offload config kvtier did not write: the disk tier's own writes (its module under
@@ -54,7 +55,8 @@ def render_writes(
     as read in the target's namespace (None when there is none); its scorer is written last.
     `picker_layout`: whether the endpoint picker keeps the index in the producer plugin, as
     render/picker_version.py resolves it from the LLMInferenceServiceConfigs read (None: none
-    were read)."""
+    were read).
+    `related`: the objects of the kinds the target's kind reads (Kind.reads), None if unread."""
     request = TierRequest(tier, spec, settings, sizing, nodes, replicas, evictor_image)
     # The disk tier's objects and claim (RenderError for a type no tier module provisions),
     # then the CPU tier's notes.
@@ -87,7 +89,7 @@ def render_writes(
     scheduler = kind.scheduler(target, offload, layout) or configmap_sync(
         target, scheduler_configmap, offload.role_offloads(), tier.id, layout
     )
-    patch = kind.writes(target, offload, scheduler)
+    patch = kind.writes(target, offload, scheduler, related)
     if isinstance(patch, Conflict):
         return RenderResult(conflict=patch.message)
     if isinstance(scheduler, SchedulerSync) and scheduler_configmap is not None:

@@ -9,7 +9,7 @@ a plan gives a model server).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -17,6 +17,21 @@ from kvtier.render.result import DesiredWrite
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
 from kvtier.targets.facts import TargetFacts
 from kvtier.targets.offload import Offload
+
+# Objects of the kinds a target kind `reads` (its Related), as the API returns them; None when
+# they were not read (an offline plan, or a cluster that serves none of those kinds).
+RelatedObjects = Sequence[Mapping[str, Any]] | None
+
+
+@dataclass(frozen=True)
+class Related:
+    """A kind a target kind reads, never writes, because it holds part of the pod another
+    controller builds (KServe's ServingRuntimes for an InferenceService)."""
+
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool  # True: only those of the target's namespace count
 
 
 @dataclass(frozen=True)
@@ -41,10 +56,12 @@ class Kind(Protocol):
     # Whether the object's endpoint picker takes its version from LLMInferenceServiceConfigs
     # (render/picker_version.py): the operator then gives decide the ones it may read.
     reads_picker_configs: bool
+    # The kinds whose objects `facts` and `writes` get as `related` (watched, read-only RBAC).
+    reads: tuple[Related, ...]
 
-    def facts(self, obj: Mapping[str, Any]) -> TargetFacts:
-        """What sizing needs from the object (any of `versions`): model, parallelism,
-        replicas, the vLLM flags, the roles and their pods."""
+    def facts(self, obj: Mapping[str, Any], related: RelatedObjects = None) -> TargetFacts:
+        """What sizing needs from the pods the object gives (any of `versions`): model,
+        parallelism, replicas, the vLLM flags, the roles and their pods."""
         ...
 
     def scheduler(
@@ -59,6 +76,7 @@ class Kind(Protocol):
         obj: Mapping[str, Any],
         offload: Offload,
         scheduler: SchedulerSync | SchedulerProblem | None = None,
+        related: RelatedObjects = None,
     ) -> list[DesiredWrite] | Conflict:
         """The writes that put the tier on the object (JSON patches of atomic lists first,
         then the apply), or a Conflict when it already carries an offload config of someone

@@ -1,5 +1,15 @@
 """KServe InferenceService v1beta1 with the vLLM runtime: one pod template, the predictor.
 
+KServe builds the predictor's pod from the InferenceService and its ServingRuntime (or
+ClusterServingRuntime, serving_runtime.py): kvtier reads the pod as KServe merges it (the
+runtime's command, args, image, env, resources and volumes, then the predictor's) and writes
+only the InferenceService, where KServe's merge lets kvtier's fields win: its args come after
+the runtime's, its /dev/shm mount replaces the runtime's (mounts merge by mountPath), its
+memory request and limit replace the runtime's. A runtime whose shell script does not pass
+the container's args on would drop kvtier's flag: refused (FlagNotPassed), naming the runtime.
+Where the runtimes were not read (an offline plan; a cluster that serves no ServingRuntime
+kind, where KServe could build no predictor either) the InferenceService is read alone.
+
 KServe's CRD (v0.20) keeps its own PodSpec copy without listTypes, so `spec.predictor.volumes`,
 `spec.predictor.model.args` and `spec.predictor.initContainers` are atomic lists: an apply
 would replace them whole, so kvtier sets each to the user's items plus its own by a JSON
@@ -10,13 +20,15 @@ resources merge, and go in the apply. The flag goes in the model container's arg
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from kvtier.names.objects import EVICTOR_CONTAINER
 from kvtier.render.result import DesiredWrite, RenderError
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
+from kvtier.targets import command
 from kvtier.targets import facts as read
-from kvtier.targets.base import Conflict
+from kvtier.targets.base import Conflict, Related, RelatedObjects
 from kvtier.targets.facts import TargetFacts, get
 from kvtier.targets.offload import Offload
 from kvtier.targets.patch import apply_write, json_patch, list_ops, with_items, with_list
@@ -37,6 +49,16 @@ from kvtier.targets.pod import (
     user_args,
 )
 from kvtier.targets.server_flags import server_flags
+from kvtier.targets.serving_runtime import (
+    CLUSTER_SERVING_RUNTIME,
+    RUNTIME_API_VERSION,
+    RUNTIME_VERSION_ANNOTATION,
+    SERVING_RUNTIME,
+    MergedPod,
+    NoRuntime,
+    merged_pod,
+    select_runtime,
+)
 
 GROUP = "serving.kserve.io"
 API_VERSION = f"{GROUP}/v1beta1"
@@ -45,6 +67,10 @@ _MODEL = ("spec", "predictor", "model")
 _VOLUMES = ("spec", "predictor", "volumes")
 _ARGS = (*_MODEL, "args")
 _INIT = ("spec", "predictor", "initContainers")  # atomic too
+RUNTIMES = (
+    Related(RUNTIME_API_VERSION, SERVING_RUNTIME, "servingruntimes", namespaced=True),
+    Related(RUNTIME_API_VERSION, CLUSTER_SERVING_RUNTIME, "clusterservingruntimes", False),
+)
 
 
 class InferenceService:
@@ -56,15 +82,25 @@ class InferenceService:
         "install KServe's full CRDs (config/crd/full), which declare these parts granular"
     )
     reads_picker_configs: bool = False
+    reads: tuple[Related, ...] = RUNTIMES
 
-    def facts(self, obj: Mapping[str, Any]) -> TargetFacts:
+    def facts(self, obj: Mapping[str, Any], related: RelatedObjects = None) -> TargetFacts:
         predictor = get(obj, "spec", "predictor") or {}
         model = predictor.get("model") or {}
-        args = read.str_args(model.get("args"))
-        gpus, mem_req, mem_lim = read.resources(model)
+        built = _built(obj, related)
+        container = model if built is None else built.container
+        pod = predictor if built is None else built.pod
+        args = command.server_args(container)
+        gpus, mem_req, mem_lim = read.resources(container)
         min_r = read.as_int(predictor.get("minReplicas"))
         max_r = read.as_int(predictor.get("maxReplicas"))
         replicas = max(r for r in (min_r, max_r, 1) if r is not None)
+        server = server_flags({**container, "args": args})
+        version = (
+            None if built is None else built.runtime.annotations.get(RUNTIME_VERSION_ANNOTATION)
+        )
+        if server.image_vllm_version is None and isinstance(version, str) and version:
+            server = replace(server, image_vllm_version=version.removeprefix("v"))
         return TargetFacts(
             kind=KIND,
             api_version=str(obj.get("apiVersion", API_VERSION)),
@@ -73,11 +109,11 @@ class InferenceService:
             ),
             tensor_parallel_size=read.as_int(read.flag(args, read.TP_FLAGS)),
             replicas=replicas,
-            node_selector=read.str_map(predictor.get("nodeSelector")),
+            node_selector=read.str_map(pod.get("nodeSelector")),
             gpus_per_pod=gpus,
             memory_request_bytes=mem_req,
             memory_limit_bytes=mem_lim,
-            server=server_flags(model),
+            server=server,
         )
 
     def scheduler(
@@ -90,8 +126,9 @@ class InferenceService:
         obj: Mapping[str, Any],
         offload: Offload,
         scheduler: SchedulerSync | SchedulerProblem | None = None,
+        related: RelatedObjects = None,
     ) -> list[DesiredWrite] | Conflict:
-        return inference_service_patch(obj, offload)
+        return inference_service_patch(obj, offload, _built(obj, related))
 
     def unapply(self, obj: Mapping[str, Any]) -> list[DesiredWrite]:
         if not recorded(obj):
@@ -102,7 +139,24 @@ class InferenceService:
         return read.users_part(obj, part)
 
 
-def _predictor(target: Mapping[str, Any]) -> PodTemplate:
+def _built(obj: Mapping[str, Any], related: RelatedObjects) -> MergedPod | None:
+    """The predictor's pod as KServe builds it from its runtime; None when the runtimes were
+    not read. RenderError when KServe would build none."""
+    if related is None:
+        return None
+    runtime = select_runtime(obj, related)
+    built = runtime if isinstance(runtime, NoRuntime) else merged_pod(obj, runtime)
+    if isinstance(built, NoRuntime):
+        raise RenderError(
+            "RuntimeNotFound",
+            f"InferenceService {get(obj, 'metadata', 'name')}: KServe builds no predictor for "
+            f"it: {built.message}",
+            "TargetFound",
+        )
+    return built
+
+
+def _predictor(target: Mapping[str, Any], built: MergedPod | None = None) -> PodTemplate:
     """The predictor's pod: its model container runs vLLM."""
     model = get(target, *_MODEL)
     if not isinstance(model, Mapping):
@@ -120,21 +174,35 @@ def _predictor(target: Mapping[str, Any]) -> PodTemplate:
         volumes_path=_VOLUMES,
         init_containers_path=_INIT,
         args_path=_ARGS,
+        inherited=None if built is None else built.runtime_resources,
     )
 
 
 def inference_service_patch(
-    target: Mapping[str, Any], offload: Offload
+    target: Mapping[str, Any], offload: Offload, built: MergedPod | None = None
 ) -> list[DesiredWrite] | Conflict:
     """The atomic spec.predictor.volumes and spec.predictor.model.args by a guarded JSON patch
     (the user's items kept, kvtier's added), then mounts, env and memory in
-    spec.predictor.model by server-side apply."""
-    pod = _predictor(target)
+    spec.predictor.model by server-side apply. `built`: the pod KServe builds, when known."""
+    pod = _predictor(target, built)
     container = pod.container
     own = applied(target).get("kvTransferConfig")
     where = conflict_in_container(container, own)
     if where is not None:
         return Conflict(f"spec.predictor.model already passes {KV_FLAG} in {where}")
+    if built is not None:
+        runtime = f"{built.runtime.kind} {built.runtime.name}"
+        if conflict_in_container(built.runtime_container, None) is not None:
+            return Conflict(f"the predictor's runtime {runtime} already passes {KV_FLAG}")
+        if command.drops_args(built.container):
+            raise RenderError(
+                "FlagNotPassed",
+                f"the predictor's runtime {runtime} starts vLLM through a shell script that "
+                f"does not pass the InferenceService's args on, so kvtier's {KV_FLAG} would "
+                "never reach vLLM; use a runtime that starts vLLM directly or whose script ends "
+                'its vLLM command with "$@" (as kserve-huggingfaceserver-multinode does)',
+                "Applied",
+            )
     parts = pod_parts(target, offload, pod, mount_disk=True)
     if isinstance(parts, Conflict):
         return parts

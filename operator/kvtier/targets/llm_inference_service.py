@@ -34,7 +34,7 @@ from kvtier.render.scheduler import (
     scheduler_sync,
 )
 from kvtier.targets import facts as read
-from kvtier.targets.base import Conflict
+from kvtier.targets.base import Conflict, Related, RelatedObjects
 from kvtier.targets.facts import (
     RoleFacts,
     TargetFacts,
@@ -96,8 +96,9 @@ class LLMInferenceService:
         "install KServe's full CRDs (config/crd/full), which declare these parts granular"
     )
     reads_picker_configs: bool = True
+    reads: tuple[Related, ...] = ()
 
-    def facts(self, obj: Mapping[str, Any]) -> TargetFacts:
+    def facts(self, obj: Mapping[str, Any], related: RelatedObjects = None) -> TargetFacts:
         return llm_inference_service_facts(obj)
 
     def scheduler(
@@ -110,6 +111,7 @@ class LLMInferenceService:
         obj: Mapping[str, Any],
         offload: Offload,
         scheduler: SchedulerSync | SchedulerProblem | None = None,
+        related: RelatedObjects = None,
     ) -> list[DesiredWrite] | Conflict:
         return llmisvc_patch(obj, offload, scheduler)
 

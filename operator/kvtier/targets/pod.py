@@ -66,6 +66,9 @@ class PodTemplate:
     # The container's args when kvtier's flag is in them (an atomic list); None when the
     # flag is in env VLLM_ADDITIONAL_ARGS.
     args_path: tuple[str, ...] | None = None
+    # The resources the pod gets where the container sets none (an InferenceService's from
+    # its ServingRuntime): memory is sized from them, never recorded as the user's.
+    inherited: Mapping[str, Any] | None = None
 
 
 # --- kvtier's record on the target --------------------------------------------------------------
@@ -248,15 +251,24 @@ class Memory:
     record: dict[str, Any]
 
 
-def memory_for(resources: Mapping[str, Any] | None, add: int, applied: Mapping[str, Any]) -> Memory:
-    """New memory request/limit (see the module docstring) and the record to store."""
+def memory_for(
+    resources: Mapping[str, Any] | None,
+    add: int,
+    applied: Mapping[str, Any],
+    inherited: Mapping[str, Any] | None = None,
+) -> Memory:
+    """New memory request/limit (see the module docstring) and the record to store. Where
+    the container sets no value, the one it inherits counts (a ServingRuntime's limit of 2Gi
+    would otherwise stay below the new request), but the record keeps the user's: none."""
     base_request = _user_value(get(resources, "requests", "memory"), applied.get("memoryRequest"))
     base_limit = _user_value(get(resources, "limits", "memory"), applied.get("memoryLimit"))
-    start = base_request if base_request is not None else base_limit
+    has_request = base_request if base_request is not None else get(inherited, "requests", "memory")
+    has_limit = base_limit if base_limit is not None else get(inherited, "limits", "memory")
+    start = has_request if has_request is not None else has_limit
     request = (quantity_to_bytes(start) if start is not None else 0) + add
     limit = None
-    if base_limit is not None:
-        limit = max(quantity_to_bytes(base_limit) + add, request)
+    if has_limit is not None:
+        limit = max(quantity_to_bytes(has_limit) + add, request)
     record: dict[str, Any] = {"memoryRequest": {"base": base_request, "applied": request}}
     if limit is not None:
         record["memoryLimit"] = {"base": base_limit, "applied": limit}
@@ -345,7 +357,7 @@ def pod_parts(
     figures = role or offload.plan
     pod_memory, shm_bytes = figures.pod_memory_bytes, figures.shm_bytes
 
-    memory = memory_for(container.get("resources"), pod_memory, applied_here)
+    memory = memory_for(container.get("resources"), pod_memory, applied_here, pod.inherited)
     parts.container["resources"] = _resources(memory)
     parts.record.update(memory.record)
 

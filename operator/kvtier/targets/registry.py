@@ -11,7 +11,7 @@ from typing import Any
 
 from kvtier.render.result import DesiredWrite, RenderError
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
-from kvtier.targets.base import Conflict, Kind
+from kvtier.targets.base import Conflict, Kind, RelatedObjects
 from kvtier.targets.deployment import DEPLOYMENT
 from kvtier.targets.facts import TargetFacts
 from kvtier.targets.inference_service import INFERENCE_SERVICE
@@ -69,24 +69,26 @@ def target_kind(target: Mapping[str, Any]) -> Kind:
     return found
 
 
-def target_facts(target: Mapping[str, Any]) -> TargetFacts:
-    """The target's facts, by its kind (every version of a kind reads alike); RenderError on
-    the TargetFound condition for a kind that is not registered."""
+def target_facts(target: Mapping[str, Any], related: RelatedObjects = None) -> TargetFacts:
+    """The target's facts, by its kind (every version of a kind reads alike), from the
+    objects of the kinds it reads; RenderError on the TargetFound condition for a kind that
+    is not registered."""
     version, kind = _version(target)
     found = _BY_KIND.get(kind)
     if found is None:
         raise _unsupported(f"{kind} {version}", "TargetFound")
-    return found.facts(target)
+    return found.facts(target, related)
 
 
 def target_patch(
     target: Mapping[str, Any],
     offload: Offload,
     scheduler: SchedulerSync | SchedulerProblem | None = None,
+    related: RelatedObjects = None,
 ) -> list[DesiredWrite] | Conflict:
     """The writes for the target (its kind's `writes`), or a Conflict; RenderError for a
     target no registered kind writes."""
-    return target_kind(target).writes(target, offload, scheduler)
+    return target_kind(target).writes(target, offload, scheduler, related)
 
 
 def unapply_writes(target: Mapping[str, Any]) -> list[DesiredWrite]:

@@ -9,8 +9,8 @@ command and args run vLLM, else the only container. The built-in PodSpec merges 
 volumes, initContainers and env by name and volumeMounts by mountPath, so kvtier's entries go
 in a server-side apply; `args` is atomic, so the flag is added by a JSON patch guarded by a
 `test` of the exact args read (vLLM takes command + args as one argv, so the flag appended to
-args reaches it). A container that runs vLLM through a shell script (`sh -c "vllm serve ..."`)
-would not pass appended args on: refused, never reported Applied.
+args reaches it). A container that runs vLLM through a shell script that does not pass its
+arguments on (no `"$@"`, command.py) would drop the flag: refused, never reported Applied.
 
 kvtier's own evictor Deployments (label app.kubernetes.io/managed-by=kvtier) are never a
 target.
@@ -24,8 +24,9 @@ from typing import Any
 from kvtier.names.labels import MANAGED_BY, MANAGER
 from kvtier.render.result import DesiredWrite, RenderError
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
+from kvtier.targets import command
 from kvtier.targets import facts as read
-from kvtier.targets.base import Conflict
+from kvtier.targets.base import Conflict, Related, RelatedObjects
 from kvtier.targets.facts import TargetFacts, get
 from kvtier.targets.offload import Offload
 from kvtier.targets.patch import apply_write, json_patch, list_ops, pointer
@@ -50,52 +51,6 @@ from kvtier.targets.server_flags import server_flags
 GROUP = "apps"
 CONTAINER_ANNOTATION = "kvcache.io/container"  # which container runs vLLM, when not found
 _POD = ("spec", "template", "spec")
-_SHELLS = ("sh", "bash", "dash", "ash")
-_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
-
-
-def _program(word: str) -> str:
-    return word.rsplit("/", 1)[-1]
-
-
-def _argv(container: Mapping[str, Any]) -> list[str]:
-    return read.str_args(container.get("command")) + read.str_args(container.get("args"))
-
-
-def runs_vllm(container: Mapping[str, Any]) -> bool:
-    """Whether the container's command and args start vLLM's OpenAI server (directly, or
-    through a shell script that names it)."""
-    argv = _argv(container)
-    text = " ".join(argv)
-    return (
-        "vllm serve" in text or _ENTRYPOINT in text or (bool(argv) and _program(argv[0]) == "vllm")
-    )
-
-
-def _through_shell(container: Mapping[str, Any]) -> bool:
-    """vLLM started by a shell script (`sh -c "..."`), which drops the container's other args."""
-    argv = _argv(container)
-    return bool(argv) and _program(argv[0]) in _SHELLS and "-c" in argv[1:3]
-
-
-def _server_args(container: Mapping[str, Any]) -> list[str]:
-    """vLLM's own arguments: the argv after `serve` or the entrypoint module (flags and the
-    model), however command and args split it."""
-    argv = _argv(container)
-    for i, word in enumerate(argv):
-        if word == "serve" or word == _ENTRYPOINT:
-            return argv[i + 1 :]
-    return read.str_args(container.get("args"))
-
-
-def _model(container: Mapping[str, Any]) -> str | None:
-    """`vllm serve MODEL` (the positional model), else --model."""
-    argv = _argv(container)
-    if "serve" in argv:
-        after = argv[argv.index("serve") + 1 :]
-        if after and not after[0].startswith("-"):
-            return after[0]
-    return read.flag(_server_args(container), read.MODEL_FLAGS)
 
 
 def _containers(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -109,7 +64,7 @@ def _vllm_index(obj: Mapping[str, Any]) -> int | None:
     named = get(obj, "metadata", "annotations", CONTAINER_ANNOTATION)
     if isinstance(named, str) and named:
         return next((i for i, c in enumerate(containers) if c.get("name") == named), None)
-    hits = [i for i, c in enumerate(containers) if runs_vllm(c)]
+    hits = [i for i, c in enumerate(containers) if command.runs_vllm(c)]
     if hits:
         return hits[0]
     return 0 if len(containers) == 1 else None
@@ -134,16 +89,17 @@ def _refuse(obj: Mapping[str, Any]) -> RenderError | None:
         return RenderError(
             "VLLMContainerNotFound",
             f"{kind} {name}: no container of spec.template runs vLLM (`vllm serve` or "
-            f"python -m {_ENTRYPOINT}); name it with the annotation {CONTAINER_ANNOTATION}",
+            f"python -m {command.ENTRYPOINT}); name it with the annotation {CONTAINER_ANNOTATION}",
             "TargetFound",
         )
     container = _containers(obj)[index]
-    if _through_shell(container):
+    if command.drops_args(container):
         return RenderError(
             "FlagNotPassed",
             f"{kind} {name}: container {container.get('name')} starts vLLM through a shell "
-            f"script, which does not pass kvtier's {KV_FLAG} on; start vLLM directly "
-            "(command: [vllm, serve, MODEL, ...]) or pass the flag in the script yourself",
+            f"script that does not pass its arguments on, so kvtier's {KV_FLAG} would never "
+            "reach vLLM; start vLLM directly (command: [vllm, serve, MODEL, ...]) or end "
+            'the script\'s vLLM command with "$@"',
             "Applied",
         )
     return None
@@ -179,23 +135,24 @@ class Workload:
     # Built-in kinds: their served schema is Kubernetes' own, granular where kvtier writes.
     schema_advice: str = "the API server's own apps/v1 schema keeps these parts granular"
     reads_picker_configs: bool = False
+    reads: tuple[Related, ...] = ()
 
     kind: str  # each kind's module names its own
     plural: str
 
-    def facts(self, obj: Mapping[str, Any]) -> TargetFacts:
+    def facts(self, obj: Mapping[str, Any], related: RelatedObjects = None) -> TargetFacts:
         refused = _refuse(obj)
         if refused is not None and refused.condition == "TargetFound":
             raise refused
         pod = _pod(obj)
         container = pod.container
-        flags = _server_args(container)
+        flags = command.server_args(container)
         gpus, mem_req, mem_lim = read.resources(container)
         replicas = read.as_int(get(obj, "spec", "replicas"))
         return TargetFacts(
             kind=self.kind,
             api_version=str(obj.get("apiVersion", f"{GROUP}/v1")),
-            model_name=_model(container),
+            model_name=command.model(container),
             tensor_parallel_size=read.as_int(read.flag(flags, read.TP_FLAGS)),
             replicas=max(replicas if replicas is not None else 1, 1),
             node_selector=read.str_map(get(obj, *_POD, "nodeSelector")),
@@ -215,6 +172,7 @@ class Workload:
         obj: Mapping[str, Any],
         offload: Offload,
         scheduler: SchedulerSync | SchedulerProblem | None = None,
+        related: RelatedObjects = None,
     ) -> list[DesiredWrite] | Conflict:
         refused = _refuse(obj)
         if refused is not None:
