@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.e2e.conftest import create_target, inference_service
+from tests.e2e.conftest import create_target, inference_service, llm_inference_service
 from tests.e2e.kube_helpers import (
     GROUP,
     VERSION,
@@ -26,6 +26,7 @@ from tests.e2e.kube_helpers import (
 from tests.e2e.operator_process import OperatorProcess
 
 POLICY: dict[str, Any] = {"objectStore": {"allowed": True, "maxP99Seconds": 2}}
+V1ALPHA1 = "serving.kserve.io/v1alpha1"
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,15 @@ def ns(admin_api: client.ApiClient, operator: OperatorProcess) -> Iterator[str]:
     except client.ApiException:
         saved = None
     apply_policy(admin_api, POLICY)
-    yield new_namespace(admin_api, "objstore")
+    ns = new_namespace(admin_api, "objstore")
+    client.CoreV1Api(admin_api).create_namespaced_secret(
+        ns,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name="s3-keys"),
+            string_data={"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"},
+        ),
+    )
+    yield ns
     if saved is not None:  # later modules see the policy they had
         apply_policy(admin_api, saved)
 
@@ -50,36 +59,37 @@ def _model(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
     return model
 
 
+def _llmisvc_main(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
+    target = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        "serving.kserve.io", "v1alpha1", ns, "llminferenceservices", name
+    )
+    main: dict[str, Any] = target["spec"]["template"]["containers"][0]
+    return main
+
+
+def _s3_tier(kind: str, name: str) -> dict[str, Any]:
+    """An Apply tier with an ObjectStore disk tier whose keys come from Secret s3-keys."""
+    return {
+        "mode": "Apply",
+        "targetRef": {"kind": kind, "name": name},
+        "workload": {"averageContextTokens": 50000, "concurrentSessions": 96},
+        "cpu": {"size": "64Gi"},
+        "disk": {
+            "type": "ObjectStore",
+            "objectStore": {
+                "acknowledgeTailLatency": True,
+                "bucket": "kv-cache",
+                "endpoint": "https://s3.example.com:9000",
+                "credentialsSecretRef": {"name": "s3-keys"},
+            },
+        },
+    }
+
+
 def test_object_store_tier_on_inference_service(admin_api: client.ApiClient, ns: str) -> None:
     user = inference_service("llama-s3", tp=4, model_uri="hf://meta-llama/Llama-3.1-70B-Instruct")
     create_target(admin_api, ns, user)
-    client.CoreV1Api(admin_api).create_namespaced_secret(
-        ns,
-        client.V1Secret(
-            metadata=client.V1ObjectMeta(name="s3-keys"),
-            string_data={"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"},
-        ),
-    )
-    create_tier(
-        admin_api,
-        ns,
-        "s3",
-        {
-            "mode": "Apply",
-            "targetRef": {"kind": "InferenceService", "name": "llama-s3"},
-            "workload": {"averageContextTokens": 50000, "concurrentSessions": 96},
-            "cpu": {"size": "64Gi"},
-            "disk": {
-                "type": "ObjectStore",
-                "objectStore": {
-                    "acknowledgeTailLatency": True,
-                    "bucket": "kv-cache",
-                    "endpoint": "https://s3.example.com:9000",
-                    "credentialsSecretRef": {"name": "s3-keys"},
-                },
-            },
-        },
-    )
+    create_tier(admin_api, ns, "s3", _s3_tier("InferenceService", "llama-s3"))
     wait_condition(admin_api, ns, "s3", "Ready", "True", "Applied", timeout=90)
     model = _model(admin_api, ns, "llama-s3")
     args = model["args"]
@@ -107,3 +117,42 @@ def test_object_store_tier_on_inference_service(admin_api: client.ApiClient, ns:
     )
     eventually(lambda: not exists(lambda: get_tier(admin_api, ns, "s3")), what="tier deleted")
     assert _model(admin_api, ns, "llama-s3") == user["spec"]["predictor"]["model"]
+
+
+def test_flag_form_take_back_is_not_taken_for_an_unkept_write(
+    admin_api: client.ApiClient, ns: str, operator: OperatorProcess
+) -> None:
+    """An LLMInferenceService v1alpha1 with the user's own VLLM_ADDITIONAL_ARGS: kvtier puts
+    the object store's keys before it (Kubernetes expands $(VAR) only from earlier entries),
+    so the take-back restores the user's value at one index and removes the keys before it.
+    The target comes back as the user wrote it, and the operator does not log that the API
+    server did not keep the take-back (it did: the restored value moved to env[0])."""
+    user = llm_inference_service(
+        "gpt-s3", tp=2, model_uri="hf://openai/gpt-oss-120b", api_version=V1ALPHA1
+    )
+    user["spec"]["template"]["containers"][0]["env"] = [
+        {"name": "VLLM_ADDITIONAL_ARGS", "value": "--max-model-len 131072"}
+    ]
+    create_target(admin_api, ns, user)
+    spec = _s3_tier("LLMInferenceService", "gpt-s3")
+    create_tier(
+        admin_api,
+        ns,
+        "gpt-s3",
+        {**spec, "targetRef": {**spec["targetRef"], "apiVersion": V1ALPHA1}},
+    )
+    wait_condition(admin_api, ns, "gpt-s3", "Ready", "True", "Applied", timeout=90)
+    env = _llmisvc_main(admin_api, ns, "gpt-s3")["env"]
+    assert [e["name"] for e in env] == [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "VLLM_ADDITIONAL_ARGS",
+    ]
+    mark = operator.log_path.stat().st_size
+    client.CustomObjectsApi(admin_api).delete_namespaced_custom_object(
+        "kvcache.io", "v1alpha1", ns, "kvcachetiers", "gpt-s3"
+    )
+    eventually(lambda: not exists(lambda: get_tier(admin_api, ns, "gpt-s3")), what="tier deleted")
+    assert _llmisvc_main(admin_api, ns, "gpt-s3") == user["spec"]["template"]["containers"][0]
+    log = operator.log_path.read_text()[mark:]
+    assert "did not keep" not in log, log

@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import jsonpatch
+
 from kvtier.policy.provisioning import (
     Unkept,
     UnkeptKey,
@@ -131,3 +133,91 @@ def test_a_json_patch_into_a_list_item_is_kept_when_the_item_holds_it() -> None:
     unkept = unkept_write(write, answer)
     assert unkept is not None
     assert unkept.paths == ("spec.template.spec.containers[1].args",)
+
+
+def _take_back(user: list[dict[str, Any]], applied: list[dict[str, Any]]) -> DesiredWrite:
+    """The take-back of a flag-form LLMInferenceService whose object-store keys kvtier put
+    before VLLM_ADDITIONAL_ARGS: the user's value restored at env/2, then the keys removed
+    from the end (env/1, env/0), as pod_unapply_ops orders them."""
+    env = "/spec/template/containers/0/env"
+    ops = [
+        {"op": "test", "path": f"{env}/2/value", "value": applied[2]["value"]},
+        {"op": "replace", "path": f"{env}/2/value", "value": user[0]["value"]},
+        {"op": "test", "path": f"{env}/1/name", "value": applied[1]["name"]},
+        {"op": "remove", "path": f"{env}/1"},
+        {"op": "test", "path": f"{env}/0/name", "value": applied[0]["name"]},
+        {"op": "remove", "path": f"{env}/0"},
+        {
+            "op": "replace",
+            "path": "/spec/template/containers/0/resources/limits/memory",
+            "value": "1",
+        },
+    ]
+    return DesiredWrite(
+        "Patch",
+        "serving.kserve.io/v1alpha1",
+        "LLMInferenceService",
+        "gpt",
+        "llm",
+        {"jsonPatch": ops},
+        "",
+    )
+
+
+def test_a_take_back_that_removes_items_before_a_restored_one_is_kept() -> None:
+    """The restored value is judged where it ends up (env/0), not where its op wrote it."""
+
+    user = [{"name": "VLLM_ADDITIONAL_ARGS", "value": "--max-model-len 131072"}]
+    applied: list[dict[str, Any]] = [
+        {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": "s3", "key": "a"}}},
+        {
+            "name": "AWS_SECRET_ACCESS_KEY",
+            "valueFrom": {"secretKeyRef": {"name": "s3", "key": "b"}},
+        },
+        {
+            "name": "VLLM_ADDITIONAL_ARGS",
+            "value": "--max-model-len 131072 --kv-transfer-config '{}'",
+        },
+    ]
+    before = {
+        "spec": {
+            "template": {
+                "containers": [
+                    {"name": "main", "env": applied, "resources": {"limits": {"memory": "2"}}}
+                ]
+            }
+        }
+    }
+    write = _take_back(user, applied)
+    answer = jsonpatch.apply_patch(before, write.body["jsonPatch"])
+    assert answer["spec"]["template"]["containers"][0]["env"] == user
+    assert expected_fields(write) == {
+        "spec": {
+            "template": {
+                "containers": {
+                    "0": {
+                        "env": {"0": {"value": "--max-model-len 131072"}},
+                        "resources": {"limits": {"memory": "1"}},
+                    }
+                }
+            }
+        }
+    }
+    assert unkept_write(write, answer) is None
+    # A server that did not restore the value is still caught, at the right index.
+    answer["spec"]["template"]["containers"][0]["env"][0]["value"] = "--other"
+    unkept = unkept_write(write, answer)
+    assert unkept is not None and unkept.paths == ("spec.template.containers[0].env[0].value",)
+
+
+def test_an_insert_before_a_set_item_moves_it_up() -> None:
+    ops = [
+        {"op": "replace", "path": "/spec/items/0/value", "value": "x"},
+        {"op": "add", "path": "/spec/items/0", "value": {"name": "new"}},
+        {"op": "replace", "path": "/spec/other", "value": 1},
+        {"op": "remove", "path": "/spec/other"},
+    ]
+    write = DesiredWrite("Patch", "v1", "ConfigMap", "c", "llm", {"jsonPatch": ops}, "")
+    assert expected_fields(write) == {
+        "spec": {"items": {"0": {"name": "new"}, "1": {"value": "x"}}}
+    }

@@ -264,14 +264,20 @@ class Controller(Runtime):
         return rivals
 
     async def _perform(
-        self, tier: Mapping[str, Any], writes: list[DesiredWrite], announce_done: bool = True
+        self,
+        tier: Mapping[str, Any],
+        writes: list[DesiredWrite],
+        announce_done: bool = True,
+        remember_unkept: bool = True,
     ) -> list[DesiredWrite]:
         """The tier's writes through the writer (in order, stopping at the first failure).
         One Event tells what was written: here, or by the caller when `announce_done` is
         False and all went through (a failure part-way is always told here)."""
         done: list[DesiredWrite] = []
         try:
-            await self.writer.perform(writes, done, partial(self._refused, tier))
+            await self.writer.perform(
+                writes, done, partial(self._refused, tier), remember_unkept=remember_unkept
+            )
         except BaseException:
             self._announce(tier, [], done)
             raise
@@ -335,7 +341,9 @@ class Controller(Runtime):
             [w for w in writes if w.action == "Delete"], observed
         )
         try:
-            await self._perform(tier, todo)
+            # Nothing holds a take-back back: no later decision writes the target for this
+            # tier (its memo is forgotten below), so its answer is not judged either.
+            await self._perform(tier, todo, remember_unkept=False)
         except ApiException as exc:
             if exc.status != 404:
                 raise

@@ -111,19 +111,52 @@ def unkept_paths(current: Any, desired: Any, path: str = "") -> list[str]:
 def expected_fields(write: DesiredWrite) -> dict[str, Any]:
     """What the object holds after `write` went through: the apply body (whichever version the
     object is read in: an LLMInferenceService written as v1alpha1 reads back as v1alpha2), or
-    for a JSON patch the values its add and replace ops set, nested by their paths."""
+    for a JSON patch the values its add and replace ops set, nested by the paths they end up
+    at once every later op of the patch ran (a later remove or insert in the same list moves
+    them: a take-back restores VLLM_ADDITIONAL_ARGS at env/2, then removes env/1 and env/0)."""
     if write.action != "Patch":
         return {k: v for k, v in write.body.items() if k != "apiVersion"}
-    out: dict[str, Any] = {}
+    placed: list[tuple[list[str], Any]] = []
     for op in write.body.get("jsonPatch") or []:
-        if op.get("op") not in ("add", "replace"):
+        kind = op.get("op")
+        keys = [k.replace("~1", "/").replace("~0", "~") for k in str(op["path"]).split("/")[1:]]
+        if not keys:
             continue
-        keys = [k.replace("~1", "/").replace("~0", "~") for k in op["path"].split("/")[1:]]
+        placed = [p for p in (_after_op(path, value, kind, keys) for path, value in placed) if p]
+        if kind in ("add", "replace") and keys[-1] != "-":  # an append's index is unknown
+            placed.append((keys, op["value"]))
+    out: dict[str, Any] = {}
+    for keys, value in placed:
         node = out
         for key in keys[:-1]:
             node = node.setdefault(key, {})
-        node[keys[-1]] = op["value"]
+        node[keys[-1]] = value
     return out
+
+
+def _after_op(
+    path: list[str], value: Any, kind: str | None, keys: list[str]
+) -> tuple[list[str], Any] | None:
+    """Where an earlier op's value is after a later op at `keys`; None when that op replaced
+    or removed it, or changed inside it (nothing is then expected of it)."""
+    if kind == "test":
+        return path, value
+    if kind not in ("add", "remove", "replace"):
+        return None  # move, copy: kvtier sends none; expect nothing rather than guess
+    n = len(keys)
+    parent, last = keys[:-1], keys[-1]
+    in_list = last.isdigit() and len(path) >= n and path[: n - 1] == parent
+    inserted = kind == "add" and in_list  # into a list: what was at that index moves up
+    shared = min(n, len(path))
+    if path[:shared] == keys[:shared] and not inserted:
+        return None  # the same place, above it or inside it
+    if in_list and path[n - 1].isdigit():
+        index = int(path[n - 1])
+        if kind == "remove" and index > int(last):
+            return [*parent, str(index - 1), *path[n:]], value
+        if kind == "add" and index >= int(last):
+            return [*parent, str(index + 1), *path[n:]], value
+    return path, value
 
 
 @dataclass(frozen=True)
