@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: all venv deps cluster-bin validators prometheus upstream-crds lint generate check-generated render-manifests \
+.PHONY: all venv deps cluster-bin validators prometheus upstream-crds kserve lint generate check-generated render-manifests \
 	check-manifests unit e2e test demo bench clean
 
 all: test
@@ -33,6 +33,11 @@ validators:
 prometheus:
 	hack/prometheus/build >/dev/null
 
+# KServe's oracles and managers (LLMInferenceService and InferenceService) from its Go module
+# at a pinned version, into the same cache, in one `go build`; the KServe tests run them.
+kserve:
+	hack/oracles/kserve/build --all >/dev/null
+
 # KServe's and Rook's own CRDs from their Go modules, into the same cache (no stand-ins).
 upstream-crds:
 	hack/localcluster/upstream-crds >/dev/null
@@ -59,10 +64,10 @@ check-manifests: venv cluster-bin
 unit: venv
 	$(BIN)/pytest -m "not e2e"
 
-e2e: venv cluster-bin validators prometheus upstream-crds
+e2e: venv cluster-bin validators prometheus upstream-crds kserve
 	$(BIN)/pytest -m e2e
 
-test: venv deps cluster-bin validators prometheus upstream-crds lint check-generated check-manifests
+test: venv deps cluster-bin validators prometheus upstream-crds kserve lint check-generated check-manifests
 	$(BIN)/pytest
 
 demo: venv deps cluster-bin upstream-crds
