@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: all venv deps cluster-bin validators prometheus upstream-crds kserve lint generate check-generated render-manifests \
+.PHONY: all venv deps cluster-bin validators prometheus upstream-crds kserve lws lint generate check-generated render-manifests \
 	check-manifests unit e2e test demo bench clean
 
 all: test
@@ -38,6 +38,11 @@ prometheus:
 kserve:
 	hack/oracles/kserve/build --all >/dev/null
 
+# LeaderWorkerSet's own controller manager from its Go module at a pinned version, into the
+# same cache; tests/e2e/test_target_lws.py runs it and reads the StatefulSets and pods it builds.
+lws:
+	hack/lws/build >/dev/null
+
 # KServe's and Rook's own CRDs from their Go modules, into the same cache (no stand-ins).
 upstream-crds:
 	hack/localcluster/upstream-crds >/dev/null
@@ -64,10 +69,10 @@ check-manifests: venv cluster-bin
 unit: venv
 	$(BIN)/pytest -m "not e2e"
 
-e2e: venv cluster-bin validators prometheus upstream-crds kserve
+e2e: venv cluster-bin validators prometheus upstream-crds kserve lws
 	$(BIN)/pytest -m e2e
 
-test: venv deps cluster-bin validators prometheus upstream-crds kserve lint check-generated check-manifests
+test: venv deps cluster-bin validators prometheus upstream-crds kserve lws lint check-generated check-manifests
 	$(BIN)/pytest
 
 demo: venv deps cluster-bin upstream-crds

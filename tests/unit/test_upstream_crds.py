@@ -16,7 +16,7 @@ import yaml
 
 from localcluster import CRDS_SCRIPT, upstream_crds
 
-PINS = {"KSERVE_VERSION": "v0.20.0", "ROOK_VERSION": "v1.18.11"}
+PINS = {"KSERVE_VERSION": "v0.20.0", "ROOK_VERSION": "v1.18.11", "LWS_VERSION": "v0.8.0"}
 KSERVE = "serving.kserve.io"
 
 
@@ -93,12 +93,13 @@ def test_the_script_pins_every_version_and_stamps_the_cache(full: Path, minimal:
     script = CRDS_SCRIPT.read_text()
     for var, version in PINS.items():
         assert re.search(rf'^{var}="\$\{{{var}:-{re.escape(version)}\}}"$', script, re.M), var
-    stamp = f"kserve={PINS['KSERVE_VERSION']} rook={PINS['ROOK_VERSION']}"
+    stamp = f"kserve={PINS['KSERVE_VERSION']} rook={PINS['ROOK_VERSION']} lws={PINS['LWS_VERSION']}"
     for directory in (full, minimal):
         assert (directory / ".version").read_text().strip() == stamp
         sources = (directory / "SOURCES").read_text()
         assert f"github.com/kserve/kserve@{PINS['KSERVE_VERSION']}" in sources
         assert f"github.com/rook/rook@{PINS['ROOK_VERSION']}" in sources
+        assert f"sigs.k8s.io/lws@{PINS['LWS_VERSION']}" in sources
     assert full.parent == minimal.parent
     assert not full.is_relative_to(CRDS_SCRIPT.parents[2])  # a cache outside the repository
 
