@@ -27,6 +27,7 @@ BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "hack" / "localcluster" / "
 _FILES = {
     "InferenceService": "serving.kserve.io_inferenceservices.yaml",
     "LLMInferenceService": "serving.kserve.io_llminferenceservices.yaml",
+    "LeaderWorkerSet": "leaderworkerset.x-k8s.io_leaderworkersets.yaml",  # LWS's own CRD
 }
 
 
@@ -55,7 +56,7 @@ def document(path: Path) -> dict[str, Any]:
 def _served(api_version: str, kind: str, variant: str) -> dict[str, Any]:
     found = kind_schema(document(upstream_crds(variant) / _FILES[kind]), api_version, kind)
     if found is None:
-        raise KeyError(f"KServe's {variant} CRDs serve no {kind} at {api_version}")
+        raise KeyError(f"the {variant} CRDs serve no {kind} at {api_version}")
     return found
 
 

@@ -22,6 +22,7 @@ from tests.unit.test_render_targets import _isvc, _managed
 from tests.unit.test_render_writes import _yaml
 from tests.unit.test_target_apps import SERVE
 from tests.unit.test_target_apps import deployment as workload
+from tests.unit.test_target_lws import lws
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 TIER_UID = "00000000-0000-4000-8000-000000000001"
@@ -67,6 +68,7 @@ TARGETS: dict[str, tuple[str, str | None]] = {
     "llmisvc-v1alpha2-as-v1alpha1": (f"{LLMISVC}2", f"{LLMISVC}1"),
     "deployment-v1": ("apps/v1", None),
     "statefulset-v1": ("apps/v1", None),
+    "lws-v1": ("leaderworkerset.x-k8s.io/v1", None),
 }
 # Forms of one pod template (no roles): InferenceService and the plain apps/v1 workloads.
 ONE_TEMPLATE = ("isvc", "deployment", "statefulset")
@@ -89,6 +91,7 @@ DISKS: dict[str, dict[str, Any]] = {
 # Role shapes; `replicas3` only where the replica count changes the writes (CephFS's seed).
 SHAPES = ("single", "replicas3", "pd", "worker-dp", "worker-pp")
 ONLY_LLMISVC = {"pd", "worker-dp", "worker-pp"}
+MULTI_NODE = {"worker-dp", "worker-pp"}  # a LeaderWorkerSet's groups have them too
 ONLY_CEPHFS = {"replicas3"}
 
 
@@ -141,6 +144,13 @@ def target(form: str, shape: str) -> dict[str, Any]:
         obj["spec"]["template"]["spec"]["nodeSelector"] = dict(H100)  # the example pools'
         obj["spec"]["replicas"] = 3 if shape == "replicas3" else 1
         return obj
+    if form.startswith("lws"):
+        obj = lws("single" if shape == "replicas3" else shape)  # Qwen3-32B, vLLM 0.33's image
+        for template in obj["spec"]["leaderWorkerTemplate"].values():
+            if isinstance(template, dict):
+                template["spec"]["nodeSelector"] = dict(H100)  # the example pools'
+        obj["spec"]["replicas"] = 3 if shape == "replicas3" else 1
+        return obj
     obj = {"worker-dp": multi_node_dp, "worker-pp": multi_node_pp}.get(shape, prefill_decode)()
     obj["apiVersion"] = api_version  # Qwen3-32B in every shape
     if shape in ("single", "replicas3"):
@@ -189,6 +199,8 @@ def matrix() -> Iterator[Case]:
             for series in RELEASES:
                 for shape in SHAPES:
                     if shape in ONLY_LLMISVC and form.startswith(ONE_TEMPLATE):
+                        continue
+                    if shape in ONLY_LLMISVC - MULTI_NODE and form.startswith("lws"):
                         continue
                     if shape in ONLY_CEPHFS and disk != "cephfs":
                         continue

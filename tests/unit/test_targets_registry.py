@@ -32,7 +32,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "kvtier"
 KNOWN = (
     "InferenceService serving.kserve.io/v1beta1, "
     "LLMInferenceService serving.kserve.io/v1alpha1|v1alpha2, "
-    "Deployment apps/v1, StatefulSet apps/v1"
+    "Deployment apps/v1, StatefulSet apps/v1, "
+    "LeaderWorkerSet leaderworkerset.x-k8s.io/v1"
 )
 
 

@@ -16,11 +16,18 @@ from kvtier.targets.deployment import DEPLOYMENT
 from kvtier.targets.facts import TargetFacts
 from kvtier.targets.inference_service import INFERENCE_SERVICE
 from kvtier.targets.llm_inference_service import LLM_INFERENCE_SERVICE
+from kvtier.targets.lws import LEADER_WORKER_SET
 from kvtier.targets.offload import Offload
 from kvtier.targets.pod import recorded
 from kvtier.targets.statefulset import STATEFUL_SET
 
-KINDS: tuple[Kind, ...] = (INFERENCE_SERVICE, LLM_INFERENCE_SERVICE, DEPLOYMENT, STATEFUL_SET)
+KINDS: tuple[Kind, ...] = (
+    INFERENCE_SERVICE,
+    LLM_INFERENCE_SERVICE,
+    DEPLOYMENT,
+    STATEFUL_SET,
+    LEADER_WORKER_SET,
+)
 UNSUPPORTED_REASON = "UnsupportedTarget"
 
 _BY_KIND = {k.kind: k for k in KINDS}
