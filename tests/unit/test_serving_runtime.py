@@ -160,14 +160,20 @@ def test_strategic_merge_merges_lists_by_their_keys() -> None:
         "volumeMounts": [{"name": "k", "mountPath": "/dev/shm"}],
     }
     merged = merge_container(base, patch)
-    assert merged["env"] == [{"name": "A", "value": "3"}, {"name": "B", "value": "2"}]
+    # The patch's items in its order (apimachinery's normalizeElementOrder), A merged.
+    assert merged["env"] == [{"name": "B", "value": "2"}, {"name": "A", "value": "3"}]
+    kept = merge_container(
+        {"env": [{"name": "X"}, {"name": "A"}, {"name": "Y"}]},
+        {"env": [{"name": "A", "value": "1"}, {"name": "N"}]},
+    )
+    assert [e["name"] for e in kept["env"]] == ["X", "A", "N", "Y"]
     assert merged["args"] == ["y"]  # an atomic list: the patch's
     assert merged["volumeMounts"] == [{"name": "k", "mountPath": "/dev/shm"}]
     pod = merge_pod_spec(
         {"volumes": [SHM_VOLUME], "tolerations": [{"key": "a"}]},
         {"volumes": [{"name": "v", "emptyDir": {}}], "tolerations": [{"key": "b"}]},
     )
-    assert [v["name"] for v in pod["volumes"]] == ["devshm", "v"]
+    assert [v["name"] for v in pod["volumes"]] == ["v", "devshm"]
     assert pod["tolerations"] == [{"key": "b"}]
     assert merge_pod_spec(
         {"nodeSelector": {"a": "1"}}, {"nodeSelector": {"a": None, "b": "2"}}

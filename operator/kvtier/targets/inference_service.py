@@ -175,6 +175,7 @@ def _predictor(target: Mapping[str, Any], built: MergedPod | None = None) -> Pod
         init_containers_path=_INIT,
         args_path=_ARGS,
         inherited=None if built is None else built.runtime_resources,
+        inherited_volumes=() if built is None else built.runtime.spec.get("volumes") or (),
     )
 
 

@@ -69,6 +69,9 @@ class PodTemplate:
     # The resources the pod gets where the container sets none (an InferenceService's from
     # its ServingRuntime): memory is sized from them, never recorded as the user's.
     inherited: Mapping[str, Any] | None = None
+    # The volumes the pod gets from elsewhere (its ServingRuntime's), which the container's
+    # mounts may name.
+    inherited_volumes: Sequence[Mapping[str, Any]] = ()
 
 
 # --- kvtier's record on the target --------------------------------------------------------------
@@ -363,7 +366,7 @@ def pod_parts(
 
     mounts: list[dict[str, Any]] = []
     if shm_bytes is not None:  # the release keeps the tier in a /dev/shm file
-        shm = _shm(container, pod.volumes, shm_bytes, applied_here)
+        shm = _shm(container, [*pod.volumes, *pod.inherited_volumes], shm_bytes, applied_here)
         if isinstance(shm, Conflict):
             return shm
         parts.volumes.append(shm.volume)

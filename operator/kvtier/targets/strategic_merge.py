@@ -1,7 +1,7 @@
 """Kubernetes' strategic merge of a core/v1 Container or PodSpec, as far as KServe uses it
 to build a predictor's pod from its ServingRuntime (`MergeRuntimeContainers`,
 `MergePodSpec`, KServe v0.20): maps merge key by key, lists the API declares as merge lists
-merge item by item on their key (an item only the patch has is appended), every other list
+merge item by item on their key (in the order apimachinery gives them), every other list
 and every scalar is replaced by the patch's. Only the patch strategy of core/v1 is modelled
 (no `$patch` directives, which a ServingRuntime or InferenceService never carries); kvtier's
 result is tested against KServe's own functions (hack/oracles/kserve).
@@ -53,23 +53,31 @@ def _merge_map(
 
 
 def _merge_list(base: list[Any], patch: list[Any], key: str, inner: Mapping[str, str]) -> list[Any]:
-    out = copy.deepcopy(base)
-    for item in patch:
-        at = next(
-            (
-                i
-                for i, have in enumerate(out)
-                if isinstance(have, Mapping)
-                and isinstance(item, Mapping)
-                and key in item
-                and have.get(key) == item.get(key)
-            ),
-            None,
+    """Items merged by `key`, in the order apimachinery's normalizeElementOrder gives them:
+    the patch's items in the patch's order, and each item only the base has put back before
+    the first patch item that comes after it in the base."""
+    keyed = [i for i in patch if isinstance(i, Mapping) and key in i]
+    merged = {i[key]: copy.deepcopy(i) for i in base if isinstance(i, Mapping) and key in i}
+    for item in keyed:
+        have = merged.get(item[key])
+        merged[item[key]] = (
+            _merge_map(have, item, inner) if have is not None else copy.deepcopy(item)
         )
-        if at is None:
-            out.append(copy.deepcopy(item))
+    ours = [merged[i[key]] for i in keyed]
+    theirs = [
+        merged[i[key]]
+        for i in base
+        if isinstance(i, Mapping) and i.get(key) in merged and i[key] not in {k[key] for k in keyed}
+    ]
+    where = {i[key]: n for n, i in enumerate(base) if isinstance(i, Mapping) and key in i}
+    out: list[Any] = []
+    while theirs or ours:
+        if theirs and ours:
+            left, right = where.get(theirs[0][key]), where.get(ours[0][key])
+            take_theirs = left is not None and right is not None and left < right
         else:
-            out[at] = _merge_map(out[at], item, inner)
+            take_theirs = bool(theirs)
+        out.append((theirs if take_theirs else ours).pop(0))
     return out
 
 
