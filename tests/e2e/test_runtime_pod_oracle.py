@@ -77,7 +77,7 @@ def named(items: list[dict[str, Any]] | None, key: str, keys: set[Any]) -> list[
 
 
 SHAPES = ["kserve", "vllm-cuda-runtime"]
-CASES = {
+CASES: dict[str, dict[str, Any]] = {
     "auto": {},
     "named-cluster": {"runtime": "kserve-vllmserver"},
     "runtime-version": {"runtimeVersion": "v0.25.1"},
