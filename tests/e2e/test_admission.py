@@ -138,3 +138,33 @@ def test_every_registered_kind_and_version_is_admitted(
                 {"name": "known", "namespace": ns},
                 {**spec, "targetRef": ref},
             )
+
+
+BAD_SCHEDULES = ["61 25 * * *", "0 25 * * *", "0 0 32 * *", "0 0 * 13 *", "*/0 * * * *", "@often"]
+GOOD_SCHEDULES = ["@daily", "*/15 2 * * MON-FRI", "0 3 1,15 * *", "30 4 * jan-mar sun"]
+
+
+@pytest.mark.parametrize("schedule", BAD_SCHEDULES)
+def test_a_probing_schedule_out_of_range_is_refused_naming_the_rule(
+    admin_api: client.ApiClient, crds: None, schedule: str
+) -> None:
+    """The CRD's CEL rule on the real kube-apiserver: a schedule with a field out of its range
+    (minute 61, hour 25), a step of 0 or an unknown macro never reaches the operator, which
+    would only stop re-probing."""
+    with pytest.raises(ApiException) as rejected:
+        _create(
+            admin_api, "KVCachePolicy", {"name": "cluster"}, {"probing": {"schedule": schedule}}
+        )
+    assert rejected.value.status == 422, rejected.value.body
+    message: str = json.loads(rejected.value.body or "{}")["message"]
+    assert "spec.probing.schedule: Invalid value" in message, message
+    if not schedule.startswith("@"):  # a macro of the right shape fails the pattern first
+        assert f'spec.probing.schedule "{schedule}" is not a cron schedule' in message, message
+        assert "minute 0-59, hour 0-23, day of month 1-31" in message, message
+
+
+@pytest.mark.parametrize("schedule", GOOD_SCHEDULES)
+def test_a_cron_schedule_is_admitted(
+    admin_api: client.ApiClient, crds: None, schedule: str
+) -> None:
+    _create(admin_api, "KVCachePolicy", {"name": "cluster"}, {"probing": {"schedule": schedule}})

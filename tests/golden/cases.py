@@ -29,6 +29,14 @@ TIER_UID = "00000000-0000-4000-8000-000000000001"
 H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}  # the example pools' selector
 
 
+def _fit_context(args: list[str]) -> None:
+    """The cases' average context (50000 tokens) within the server's --max-model-len, as in
+    the other forms: a longer one is refused (ContextExceedsMaxModelLen)."""
+    for i, arg in enumerate(args[:-1]):
+        if arg == "--max-model-len" and int(args[i + 1]) < 50000:
+            args[i + 1] = "131072"
+
+
 def _node(name: str) -> dict[str, Any]:
     """test_decide's 8-GPU node in the example pools, with its LVM Storage topology label."""
     body = node(name)
@@ -149,6 +157,8 @@ def target(form: str, shape: str) -> dict[str, Any]:
         for template in obj["spec"]["leaderWorkerTemplate"].values():
             if isinstance(template, dict):
                 template["spec"]["nodeSelector"] = dict(H100)  # the example pools'
+                for container in template["spec"]["containers"]:
+                    _fit_context(container.get("args") or [])
         obj["spec"]["replicas"] = 3 if shape == "replicas3" else 1
         return obj
     obj = {"worker-dp": multi_node_dp, "worker-pp": multi_node_pp}.get(shape, prefill_decode)()

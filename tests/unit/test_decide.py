@@ -410,3 +410,30 @@ def test_placement_follows_node_versions() -> None:
     assert placement(bare, {}, 8).node_memory_bytes == 2 * 1024**4
     bare[0]["status"]["allocatable"]["memory"] = "1Ti"
     assert placement(bare, {}, 8).node_memory_bytes == 1024**4
+
+
+def _with_max_model_len(target: dict[str, Any], value: str) -> dict[str, Any]:
+    target["spec"]["template"]["containers"][0]["args"] = ["--max-model-len", value]
+    return target
+
+
+def test_an_average_context_beyond_the_servers_max_model_len_is_not_sized() -> None:
+    """vLLM refuses a request longer than --max-model-len: a tier sized for a longer average
+    session would claim a working set no session fills. Sized=False names both numbers and
+    the fix, Ready repeats it, and nothing is written."""
+    t = tier(mode="Apply", workload={"averageContextTokens": 500000, "concurrentSessions": 64})
+    d = decide(facts(t, target=_with_max_model_len(llmisvc(), "131072")))
+    c = conds(d.status)
+    assert (c["Sized"]["status"], c["Sized"]["reason"]) == ("False", "ContextExceedsMaxModelLen")
+    message = c["Sized"]["message"]
+    assert "spec.workload.averageContextTokens 500000" in message
+    assert "--max-model-len 131072" in message
+    assert "at most 131072" in message
+    assert (c["Ready"]["status"], c["Ready"]["reason"]) == ("False", "ContextExceedsMaxModelLen")
+    assert d.writes == [] and "sizing" not in d.status
+    # vLLM's 128K (binary) style and an average right at the limit are sized.
+    at_limit = tier(
+        mode="Apply", workload={"averageContextTokens": 131072, "concurrentSessions": 8}
+    )
+    d = decide(facts(at_limit, target=_with_max_model_len(llmisvc(), "128K")))
+    assert conds(d.status)["Sized"]["reason"] == "Sized"

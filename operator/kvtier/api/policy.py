@@ -311,15 +311,73 @@ class ObjectStorePolicy(KubeModel):
     )
 
 
+# The cron schedule of re-probing, field by field with each field's range, as croniter (which
+# the operator runs it with) and Kubernetes' CronJob read it: an item is *, a value or a range
+# a-b, with an optional /step; a field is a comma list of items. No backslash, so the
+# expression goes into a CEL string as it is.
+CRON_MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+_MONTHS = "jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec"
+_DAYS = "sun|mon|tue|wed|thu|fri|sat"
+CRON_FIELDS: tuple[tuple[str, str, str], ...] = (  # (name, range, value expression)
+    ("minute", "0-59", "[0-5]?[0-9]"),
+    ("hour", "0-23", "([01]?[0-9]|2[0-3])"),
+    ("day of month", "1-31", "(0?[1-9]|[12][0-9]|3[01])"),
+    ("month", "1-12 or jan-dec", f"(0?[1-9]|1[0-2]|(?i:{_MONTHS}))"),
+    ("day of week", "0-7 or sun-sat", f"([0-7]|(?i:{_DAYS}))"),
+)
+
+
+def cron_field(value: str, any_day: bool = False) -> str:
+    """The expression of one cron field whose values match `value`; `any_day`: the day
+    fields, which also take a lone `?`."""
+    item = f"([*]|{value}(-{value})?)(/[1-9][0-9]*)?"
+    items = f"{item}(,{item})*"
+    return f"([?]|{items})" if any_day else items
+
+
+CRON_SCHEDULE = (
+    "^("
+    + "|".join(CRON_MACROS)
+    + "|"
+    + " +".join(cron_field(v, any_day=n.startswith("day")) for n, _, v in CRON_FIELDS)
+    + ")$"
+)
+CRON_RULE = (
+    "5 fields separated by spaces: "
+    + ", ".join(f"{name} {span}" for name, span, _ in CRON_FIELDS)
+    + " (0 and 7 are Sunday), each a comma list of *, a value or a range a-b with an optional "
+    "/step; or one of " + ", ".join(CRON_MACROS)
+)
+CRON_MESSAGE = f"spec.probing.schedule must be a cron schedule: {CRON_RULE}"
+
+
 class ProbingPolicy(KubeModel):
     """When storage probes may run."""
+
+    # The shape is the model's; the fields' ranges are checked at admission (a CEL rule) and
+    # by the operator (policy_ready.py): a schedule stored before the rule existed must not
+    # invalidate the rest of the policy, only turn re-probing off, with a condition.
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            {
+                **cel(
+                    f"!has(self.schedule) || self.schedule.matches('{CRON_SCHEDULE}')",
+                    CRON_MESSAGE,
+                    field_path=".schedule",
+                    reason="FieldValueInvalid",
+                ),
+                "messageExpression": "'spec.probing.schedule \"' + self.schedule + '\" is not a "
+                f"cron schedule: {CRON_RULE}'",
+            }
+        )
+    )
 
     schedule: (
         Annotated[
             str,
             StringConstraints(
                 max_length=128,
-                pattern=r"^(@(yearly|annually|monthly|weekly|daily|hourly)|(\S+\s+){4}\S+)$",
+                pattern=r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|(\S+\s+){4}\S+)$",
             ),
         ]
         | None

@@ -42,7 +42,7 @@ from kvtier.render.picker_version import picker_layout
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
 from kvtier.render.writes import render_writes
 from kvtier.settings import EffectiveSettings, with_target_vllm_version
-from kvtier.sizing import SizingError, SizingPlan, cpu_tier_cap, plan, record
+from kvtier.sizing import SizingError, SizingInput, SizingPlan, cpu_tier_cap, plan, record
 from kvtier.targets.base import RelatedObjects
 from kvtier.targets.facts import TargetFacts
 from kvtier.targets.registry import target_facts
@@ -193,6 +193,9 @@ def _size(
         )
         decode = next((r for r in target.roles if r.role == "decode"), None)
         inp = role_input(base, decode) if decode is not None else base
+        too_long = _context_beyond_max_model_len(inp)
+        if too_long is not None:
+            return [too_long]
         sp = plan(inp)
         too_large = beyond_int64(sp)
         if too_large is not None:
@@ -250,6 +253,23 @@ def _size(
         ),
         *render_verdicts,
     ]
+
+
+def _context_beyond_max_model_len(inp: SizingInput) -> Verdict | None:
+    """An average context the server refuses to hold: vLLM rejects a request longer than its
+    --max-model-len, so sizing for it would claim memory and storage no session ever fills."""
+    limit, tokens = inp.max_model_len, inp.average_context_tokens
+    if limit is None or tokens <= limit:
+        return None
+    return Verdict(
+        ConditionType.SIZED.value,
+        FALSE,
+        "ContextExceedsMaxModelLen",
+        f"spec.workload.averageContextTokens {tokens} exceeds the target's --max-model-len "
+        f"{limit}: vLLM refuses longer requests, so no session holds that many tokens; set "
+        f"spec.workload.averageContextTokens to at most {limit} (the prompt plus output of an "
+        "average session), or raise the target's --max-model-len",
+    )
 
 
 def _render(

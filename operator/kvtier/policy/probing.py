@@ -9,14 +9,16 @@ and retried with exponential backoff under a new Job name.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 from kvtier.api.common import timestamp
+from kvtier.api.policy import CRON_FIELDS, CRON_MACROS, CRON_RULE, cron_field
 from kvtier.api.tier import ConditionType
 from kvtier.names.labels import PROBE_TIER, TierRef
 from kvtier.policy.conditions import FALSE, TRUE, Verdict
@@ -53,8 +55,33 @@ def next_scheduled(schedule: str | None, last: datetime | None) -> datetime | No
     try:
         due: datetime = croniter(schedule, last).get_next(datetime)
     except (ValueError, KeyError):
-        return None  # admission checks the schedule; an odd one only disables re-probing
+        return None  # the policy's Ready condition says why (schedule_problem)
     return due
+
+
+# Where a schedule is tried from: any date would do (one that never fires never does).
+SCHEDULE_PROBE_FROM = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+def schedule_problem(schedule: str | None) -> str | None:
+    """What is wrong with a re-probing schedule, for a person (None when it is fine): the
+    rule admission checks, for a schedule stored before it, and what croniter still refuses
+    or never fires on (February 31st)."""
+    if not schedule or schedule in CRON_MACROS:
+        return None
+    fields = schedule.split()
+    if len(fields) != len(CRON_FIELDS):
+        return f"{len(fields)} field(s), not a cron schedule ({CRON_RULE})"
+    for text, (name, span, value) in zip(fields, CRON_FIELDS, strict=True):
+        if not re.fullmatch(cron_field(value, any_day=name.startswith("day")), text):
+            return f"the {name} field {text!r} is not within {span} ({CRON_RULE})"
+    try:
+        croniter(schedule, SCHEDULE_PROBE_FROM).get_next(datetime)
+    except CroniterBadDateError:
+        return "it never fires (no date matches it)"
+    except (ValueError, KeyError) as exc:
+        return f"croniter refuses it: {exc}"
+    return None
 
 
 def backoff(failures: int) -> float:
