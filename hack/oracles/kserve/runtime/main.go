@@ -7,7 +7,8 @@
 //
 // Input (stdin): JSON {"inferenceService": {...}, "servingRuntimes": [...],
 // "clusterServingRuntimes": [...]}, the objects as a user writes them (serving.kserve.io
-// v1beta1 and v1alpha1). A ServingRuntime without a namespace is put in the service's.
+// v1beta1 and v1alpha1). A ServingRuntime without a namespace is put in the service's; a
+// service without metadata.generation gets 1, as the API server gives a new object.
 //
 // What runs, all of it KServe's code, in the order the API server and the manager run it:
 //   - each runtime through KServe's ServingRuntime / ClusterServingRuntime admission webhook
@@ -253,6 +254,10 @@ func readInput(in io.Reader) (*v1beta1.InferenceService, []*v1alpha1.ServingRunt
 	}
 	if isvc.Namespace == "" {
 		isvc.Namespace = "default"
+	}
+	// As the API server stores a new object (KServe names the multi-node Services by it).
+	if isvc.Generation == 0 {
+		isvc.Generation = 1
 	}
 	var srs []*v1alpha1.ServingRuntime
 	for i, r := range raw.ServingRuntimes {

@@ -1,0 +1,190 @@
+"""Fixtures and helpers for tests against KServe's own InferenceService controller
+(hack/localcluster/kserve_isvc_controller.py): KServe v0.20.0's cmd/manager, built by
+`make kserve`, running on a control plane of its own in Standard (RawDeployment) mode with its
+webhooks, RBAC and ClusterServingRuntimes.
+
+A test module takes the fixtures by importing them (pytest finds fixtures in the module's
+namespace):
+
+    from tests.e2e.kserve_isvc import kserve_isvc_cluster  # noqa: F401  (the fixture)
+
+API:
+    kserve_isvc_cluster (session fixture) -> KServeISVCCluster(cluster, api, kserve): the
+        control plane (kvtier's and KServe's CRDs; no kvtier operator) with KServe's manager;
+    kserve_isvc_stack (session fixture) -> KServeISVCStack(cluster, api, kserve, operator):
+        the same cluster with kvtier's operator running too (kvtier's test policy applied);
+    plain_namespace(api, prefix) -> str: a namespace without Pod Security enforcement (KServe's
+        runtimes set no seccomp profile);
+    apply_runtime(api, ns, runtime) -> dict: a ServingRuntime created through KServe's webhook;
+    create_isvc(api, ns, body) -> dict;
+    predictor_deployments(api, ns, name) -> {deployment name: Deployment} (KServe's, by label);
+    predictor_pods(api, ns, name) -> [Pod] (as the API server stored them, after KServe's pod
+        webhook);
+    plain(api, obj) -> dict: a typed client object as the API server's JSON;
+    vllm_argv(container, pod=None) -> list[str]: the container's command and args run by bash
+        with its literal env (and the pod's fieldRef values) and stub `vllm`, `python`,
+        `python3` first on PATH; the argv they got, starting with the program's name.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from kubernetes import client
+
+from kserve_isvc_controller import KServeISVCController
+from localcluster import LocalCluster
+from tests.conftest import api_client
+from tests.e2e.conftest import own_cluster
+from tests.e2e.kube_helpers import apply_policy
+from tests.e2e.operator_process import OperatorProcess
+
+GROUP, VERSION = "serving.kserve.io", "v1beta1"
+ISVC_LABEL = "serving.kserve.io/inferenceservice"  # KServe's InferenceServicePodLabelKey
+API_SERVER = "vllm.entrypoints.openai.api_server"
+
+
+@dataclass
+class KServeISVCCluster:
+    cluster: LocalCluster
+    api: client.ApiClient
+    kserve: KServeISVCController
+
+
+@dataclass
+class KServeISVCStack(KServeISVCCluster):
+    operator: OperatorProcess
+
+
+@pytest.fixture(scope="session")
+def kserve_isvc_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KServeISVCCluster]:
+    """A control plane of its own (KServe's pod webhook and runtime validation would reach
+    every other test's objects) with KServe's InferenceService manager running."""
+    logs = tmp_path_factory.mktemp("kserve-isvc")
+    with own_cluster("kserve-isvc") as cluster:
+        kserve = KServeISVCController(cluster, logs)
+        try:
+            kserve.start()
+            yield KServeISVCCluster(cluster, api_client(cluster.admin_kubeconfig), kserve)
+        finally:
+            kserve.stop()
+            print(f"kserve manager log: {kserve.log_path}")
+
+
+@pytest.fixture(scope="session")
+def kserve_isvc_stack(
+    kserve_isvc_cluster: KServeISVCCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KServeISVCStack]:
+    """kserve_isvc_cluster with kvtier's operator beside KServe's manager."""
+    from tests.e2e.test_operator_apply import POLICY  # here: that module imports conftest
+
+    base = kserve_isvc_cluster
+    log = tmp_path_factory.mktemp("kserve-isvc-operator") / "operator.log"
+    apply_policy(base.api, POLICY)
+    operator = OperatorProcess(base.cluster, log).start()
+    try:
+        yield KServeISVCStack(base.cluster, base.api, base.kserve, operator)
+    finally:
+        operator.stop()
+        print(f"operator log: {log}")
+
+
+def plain_namespace(api: client.ApiClient, prefix: str) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata={"name": name}))
+    return name
+
+
+def apply_runtime(api: client.ApiClient, ns: str, runtime: dict[str, Any]) -> dict[str, Any]:
+    created = client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, "v1alpha1", ns, "servingruntimes", runtime
+    )
+    return cast(dict[str, Any], created)
+
+
+def create_isvc(api: client.ApiClient, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+    created = client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, ns, "inferenceservices", body
+    )
+    return cast(dict[str, Any], created)
+
+
+def get_isvc(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
+    got = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, ns, "inferenceservices", name
+    )
+    return cast(dict[str, Any], got)
+
+
+def plain(api: client.ApiClient, obj: Any) -> dict[str, Any]:
+    """A typed client object as the API server's JSON (camelCase keys)."""
+    plain: dict[str, Any] = api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+    return plain
+
+
+def predictor_deployments(api: client.ApiClient, ns: str, name: str) -> dict[str, dict[str, Any]]:
+    selector = f"{ISVC_LABEL}={name}"
+    found = client.AppsV1Api(api).list_namespaced_deployment(ns, label_selector=selector)
+    return {d["metadata"]["name"]: d for d in (plain(api, o) for o in found.items)}
+
+
+def predictor_pods(api: client.ApiClient, ns: str, name: str) -> list[dict[str, Any]]:
+    found = client.CoreV1Api(api).list_namespaced_pod(ns, label_selector=f"{ISVC_LABEL}={name}")
+    return [plain(api, p) for p in found.items]
+
+
+def container(spec: dict[str, Any], name: str) -> dict[str, Any]:
+    [found] = [c for c in spec["containers"] if c["name"] == name]
+    return cast(dict[str, Any], found)
+
+
+STUB = """\
+import json, os, sys
+name = os.path.basename(sys.argv[0])
+if name.startswith("python") and sys.argv[1:3] != ["-m", "{api}"]:
+    sys.exit(f"stub {{name}}: only -m {api} is played")
+open(os.environ["STUB_ARGV"], "w").write(json.dumps([name, *sys.argv[1:]]))
+"""
+
+
+def vllm_argv(ctr: dict[str, Any], pod: dict[str, Any] | None = None) -> list[str]:
+    """The words vLLM gets from the container's command and args, run as the kubelet starts
+    them (no $(VAR) expansion: a container using one is refused), with its literal env, the
+    pod's name, namespace and IP for fieldRef env, and the stubs first on PATH."""
+    words = [*(ctr.get("command") or []), *(ctr.get("args") or [])]
+    defined = {e["name"] for e in ctr.get("env") or []}
+    assert not any(f"$({n})" in w for w in words for n in defined), words
+    fields = {}
+    if pod is not None:
+        fields = {
+            "metadata.name": pod["metadata"]["name"],
+            "metadata.namespace": pod["metadata"]["namespace"],
+            "status.podIP": pod.get("status", {}).get("podIP", ""),
+        }
+    with tempfile.TemporaryDirectory(prefix="kserve-isvc-vllm-") as tmp:
+        for name in ("vllm", "python", "python3"):
+            stub = Path(tmp) / name
+            stub.write_text(f"#!{sys.executable}\n" + STUB.format(api=API_SERVER))
+            stub.chmod(0o755)
+        argv_file = Path(tmp) / "argv.json"
+        env = {}
+        for e in ctr.get("env") or []:
+            if "value" in e:
+                env[e["name"]] = e["value"]
+            elif (ref := e.get("valueFrom", {}).get("fieldRef")) and ref["fieldPath"] in fields:
+                env[e["name"]] = fields[ref["fieldPath"]]
+        env |= {"PATH": f"{tmp}:/usr/local/bin:/usr/bin:/bin", "STUB_ARGV": str(argv_file)}
+        # With env given, subprocess looks the program up on env's PATH: the stubs first.
+        proc = subprocess.run(words, env=env, cwd=tmp, capture_output=True, text=True, check=False)
+        assert proc.returncode == 0 and argv_file.exists(), proc.stderr[-3000:]
+        argv: list[str] = json.loads(argv_file.read_text())
+        return argv
