@@ -285,6 +285,29 @@ def process_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+AUDIT_CONTROL = "kvtier-audit-control"  # the ConfigMap every cluster's audit log must record
+
+
+def audited(audit_log: Path, verb: str, resource: str, name: str) -> bool:
+    """Whether the audit log records a completed `verb` of `resource` `name`."""
+    if not audit_log.exists():
+        return False
+    for line in audit_log.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        ref = entry.get("objectRef") or {}
+        if (
+            entry.get("stage") == "ResponseComplete"
+            and entry.get("verb") == verb
+            and ref.get("resource") == resource
+            and ref.get("name") == name
+        ):
+            return True
+    return False
+
+
 def _wait(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -577,6 +600,18 @@ class LocalCluster:
         self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(fake_gpu_nodes(self.nodes)))
         self._operator_identity()
         _wait(self._nodes_ready, 60, f"{self.nodes} Ready GPU nodes (kwok)")
+        self._audit_control()
+
+    def _audit_control(self) -> None:
+        """The positive control of every test that counts writes in the audit log: a known
+        write (a ConfigMap made here) must be there, else the cluster audits nothing and a
+        "0 writes" check would pass vacuously."""
+        self.kubectl("create", "configmap", AUDIT_CONTROL, "-n", "default")
+        _wait(
+            lambda: audited(self.audit_log, "create", "configmaps", AUDIT_CONTROL),
+            10,
+            f"the audit log ({self.audit_log}) to record the control write",
+        )
 
     def _operator_identity(self) -> None:
         """The operator's ServiceAccount, bound by the repo's RBAC, as a kubeconfig."""

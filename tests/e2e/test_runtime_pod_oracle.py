@@ -191,3 +191,97 @@ def test_a_runtime_that_drops_the_args_is_refused_where_kserve_drops_them() -> N
     assert "--max-model-len=8192" in argv
     rel[0] = forwarding
     assert not isinstance(INFERENCE_SERVICE.writes(obj, _offload(), None, rel), Conflict)
+
+
+def multi_node(name: str = "big") -> dict[str, Any]:
+    obj = isvc(name)
+    obj["metadata"]["annotations"] = {"serving.kserve.io/autoscalerClass": "none"}
+    obj["spec"]["predictor"]["model"]["args"] = ["--max-model-len=8192"]
+    obj["spec"]["predictor"]["workerSpec"] = {"pipelineParallelSize": 2, "tensorParallelSize": 1}
+    return obj
+
+
+def mp_runtime() -> list[dict[str, Any]]:
+    local = runtime_fixture("vllm-multinode-runtime-mp")
+    local["metadata"]["namespace"] = NS
+    return [local]
+
+
+def test_a_multi_node_service_is_one_engine_over_its_head_and_worker_pods() -> None:
+    """OpenShift AI's mp multi-node runtime: kvtier reads one engine of tensor 1 × pipeline 2
+    over a head and a worker pod (the sizes KServe gives both as env), as KServe builds them."""
+    obj = multi_node()
+    rel = [{**r, "kind": "ServingRuntime"} for r in mp_runtime()]
+    facts = INFERENCE_SERVICE.facts(obj, rel)
+    [role] = facts.roles
+    assert (role.tensor, role.pipeline, role.multi_node) == (1, 2, True)
+    assert role.pods_per_replica == 2
+    assert facts.tensor_parallel_size == 1  # $(TENSOR_PARALLEL_SIZE) from KServe's env
+    assert facts.gpus_per_pod == role.gpus_per_pod == 1  # one stage of tensor 1 per pod
+    theirs = kserve_pod(obj, mp_runtime())
+    assert theirs["errors"] == []
+    found = select_runtime(obj, rel)
+    assert isinstance(found, Runtime)
+    built = merged_pod(obj, found)
+    assert not isinstance(built, NoRuntime) and built.worker_container is not None
+    for mine, want in (
+        (built.container, theirs["head"]["container"]),
+        (built.worker_container, theirs["worker"]["container"]),
+    ):
+        assert mine["command"] == want["command"]
+        # Memory as KServe merges it (KServe sets the GPUs of each pod to the tensor size).
+        for section in ("requests", "limits"):
+            assert mine["resources"][section]["memory"] == want["resources"][section]["memory"]
+        assert want["resources"]["limits"]["nvidia.com/gpu"] == "1"
+        sizes = {
+            e["name"]: e.get("value") for e in mine["env"] if e["name"].endswith("PARALLEL_SIZE")
+        }
+        assert sizes.items() <= {e["name"]: e.get("value") for e in want["env"]}.items()
+
+
+def test_kvtiers_writes_land_in_the_head_and_the_worker_pods() -> None:
+    """Each pod of the engine gets its share: its own /dev/shm of kvtier's per-pod size (one
+    mount, replacing the runtime's 12Gi), memory above the runtime's limit, and the flag in
+    the args both vLLM processes read (the head's `vllm serve`, the worker's script passes
+    "$@" on to `vllm serve --headless`); the take-back gives KServe the user's service again."""
+    obj = multi_node()
+    rel = [{**r, "kind": "ServingRuntime"} for r in mp_runtime()]
+    offload = _offload()
+    decode = _decode_role(offload)
+    writes = INFERENCE_SERVICE.writes(obj, decode, None, rel)
+    assert not isinstance(writes, Conflict)
+    after = _applied_to(obj, writes)
+    out = kserve_pod(after, mp_runtime())
+    assert out["errors"] == []
+    role = decode.roles[0]  # each pod's figures (policy/roles.py gives them in operation)
+    for name in ("head", "worker"):
+        pod, container = out[name]["pod"], out[name]["container"]
+        shm = [m for m in container["volumeMounts"] if m["mountPath"] == SHM_PATH]
+        assert len(shm) == 1, name
+        [volume] = [v for v in pod["volumes"] if v["name"] == shm[0]["name"]]
+        assert quantity_to_bytes(volume["emptyDir"]["sizeLimit"]) == role.shm_bytes
+        args = container["args"]
+        assert args[args.index(KV_FLAG) + 1] == role.arg, name
+        request = quantity_to_bytes(container["resources"]["requests"]["memory"])
+        limit = quantity_to_bytes(container["resources"]["limits"]["memory"])
+        assert request >= 24 * (1 << 30) + role.pod_memory_bytes and limit >= request
+    from tests.unit.test_render_targets import _undone
+
+    back = _undone(after)
+    assert back["spec"] == obj["spec"]
+
+
+def _decode_role(offload: Any) -> Any:
+    """The offload with one decode role of two pods, each half the engine's CPU tier (as
+    policy/roles.py gives a pipeline of two stages)."""
+    from dataclasses import replace
+
+    from kvtier.targets.offload import DECODE, plan_offload
+    from tests.unit.test_render_targets import CONNECTOR, GiB
+
+    half = replace(
+        plan_offload(CONNECTOR, 128 * GiB, 258 * GiB, 130 * GiB),
+        templates=("predictor", "predictor.workerSpec"),
+    )
+    assert half.role == DECODE
+    return replace(offload, roles=(half,))

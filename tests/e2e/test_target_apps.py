@@ -101,12 +101,25 @@ def vllm_argv(pod: Any) -> list[str]:
     return [*(vllm.command or []), *(vllm.args or [])]
 
 
-def flagged_pod(api: client.ApiClient, ns: str, name: str) -> Any:
-    """The pod the workload's controller built from the patched template (a rollout)."""
+def flagged_pod(api: client.ApiClient, ns: str, name: str, kind: str) -> Any:
+    """The pod the workload's controller built from the template as kvtier left it (kvtier's
+    JSON patch and its apply are two writes, so an earlier rollout's pod may carry the flag
+    without the memory): its vLLM container's args and resources are the template's."""
 
     def check() -> Any:
+        body = {"kind": kind, "metadata": {"name": name}}
+        template = live(api, ns, body)["spec"]["template"]["spec"]["containers"]
+        want = next(c for c in template if c["name"] == "vllm")
         for pod in pods(api, ns, name):
-            if pod.metadata.deletion_timestamp is None and "--kv-transfer-config" in vllm_argv(pod):
+            vllm = next(c for c in pod.spec.containers if c.name == "vllm")
+            limits = (vllm.resources.limits or {}) if vllm.resources else {}
+            if (
+                pod.metadata.deletion_timestamp is None
+                and "--kv-transfer-config" in vllm_argv(pod)
+                and (vllm.args or []) == want.get("args", [])
+                and limits.get("memory")
+                == want.get("resources", {}).get("limits", {}).get("memory")
+            ):
                 return pod
         return None
 
@@ -143,7 +156,7 @@ def test_the_pods_kubernetes_builds_carry_the_tier(
     )
     tier = wait_condition(admin_api, ns, name, "Ready", "True", timeout=120)
     sizing = tier["status"]["sizing"]
-    pod = flagged_pod(admin_api, ns, name)
+    pod = flagged_pod(admin_api, ns, name, kind)
     argv = vllm_argv(pod)
     # vLLM's final argv: the user's command and args first, then kvtier's flag.
     assert argv[:7] == [

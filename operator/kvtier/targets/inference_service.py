@@ -29,9 +29,17 @@ from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
 from kvtier.targets import command
 from kvtier.targets import facts as read
 from kvtier.targets.base import Conflict, Related, RelatedObjects
-from kvtier.targets.facts import TargetFacts, get
-from kvtier.targets.offload import Offload
-from kvtier.targets.patch import apply_write, json_patch, list_ops, with_items, with_list
+from kvtier.targets.facts import RoleFacts, TargetFacts, get
+from kvtier.targets.offload import DECODE, Offload, RoleOffload
+from kvtier.targets.patch import (
+    apply_write,
+    item_ops,
+    json_patch,
+    list_ops,
+    pointer,
+    with_items,
+    with_list,
+)
 from kvtier.targets.pod import (
     KV_FLAG,
     OWN_VOLUMES,
@@ -39,9 +47,11 @@ from kvtier.targets.pod import (
     PodTemplate,
     applied,
     conflict_in_container,
+    file_record,
     metadata,
     pod_parts,
     pod_unapply_ops,
+    record_at,
     record_ops,
     recorded,
     summary,
@@ -54,11 +64,13 @@ from kvtier.targets.serving_runtime import (
     RUNTIME_API_VERSION,
     RUNTIME_VERSION_ANNOTATION,
     SERVING_RUNTIME,
+    WORKER_CONTAINER,
     MergedPod,
     NoRuntime,
     merged_pod,
     select_runtime,
 )
+from kvtier.targets.strategic_merge import merge_container
 
 GROUP = "serving.kserve.io"
 API_VERSION = f"{GROUP}/v1beta1"
@@ -67,6 +79,8 @@ _MODEL = ("spec", "predictor", "model")
 _VOLUMES = ("spec", "predictor", "volumes")
 _ARGS = (*_MODEL, "args")
 _INIT = ("spec", "predictor", "initContainers")  # atomic too
+_WORKER = ("spec", "predictor", "workerSpec")  # a PodSpec copy: containers, volumes atomic
+WORKER_TEMPLATE = "predictor.workerSpec"  # its key in kvtier's record
 RUNTIMES = (
     Related(RUNTIME_API_VERSION, SERVING_RUNTIME, "servingruntimes", namespaced=True),
     Related(RUNTIME_API_VERSION, CLUSTER_SERVING_RUNTIME, "clusterservingruntimes", False),
@@ -92,6 +106,8 @@ class InferenceService:
         pod = predictor if built is None else built.pod
         args = command.server_args(container)
         gpus, mem_req, mem_lim = read.resources(container)
+        if built is not None and built.worker_container is not None:
+            gpus = int(built.worker["tensorParallelSize"])  # KServe gives each pod a stage
         min_r = read.as_int(predictor.get("minReplicas"))
         max_r = read.as_int(predictor.get("maxReplicas"))
         replicas = max(r for r in (min_r, max_r, 1) if r is not None)
@@ -114,6 +130,7 @@ class InferenceService:
             memory_request_bytes=mem_req,
             memory_limit_bytes=mem_lim,
             server=server,
+            roles=() if built is None else _multi_node_roles(built, replicas),
         )
 
     def scheduler(
@@ -133,10 +150,35 @@ class InferenceService:
     def unapply(self, obj: Mapping[str, Any]) -> list[DesiredWrite]:
         if not recorded(obj):
             return []
-        return unapply_patch(obj, pod_unapply_ops(obj, _predictor(obj), applied(obj)))
+        record = applied(obj)
+        ops = pod_unapply_ops(obj, _predictor(obj), record)
+        worker = record_at(record, WORKER_TEMPLATE)
+        if worker:
+            ops += _worker_unapply_ops(obj, worker, record.get("kvTransferConfig"))
+        return unapply_patch(obj, ops)
 
     def users_part(self, obj: Mapping[str, Any], part: str) -> bool:
         return read.users_part(obj, part)
+
+
+def _multi_node_roles(built: MergedPod, replicas: int) -> tuple[RoleFacts, ...]:
+    """A multi-node predictor (spec.predictor.workerSpec): one engine over a head pod and
+    pipelineParallelSize - 1 worker pods, one pipeline stage each with tensorParallelSize
+    GPUs, so each pod holds its stage's share of the CPU tier (policy/roles.py)."""
+    if built.worker_container is None:
+        return ()
+    return (
+        RoleFacts(
+            role=DECODE,
+            replicas=replicas,
+            tensor=int(built.worker["tensorParallelSize"]),
+            pipeline=int(built.worker["pipelineParallelSize"]),
+            multi_node=True,
+            templates=("predictor", WORKER_TEMPLATE),
+            gpus_per_pod=int(built.worker["tensorParallelSize"]),
+            node_selector=read.str_map(built.pod.get("nodeSelector")),
+        ),
+    )
 
 
 def _built(obj: Mapping[str, Any], related: RelatedObjects) -> MergedPod | None:
@@ -204,12 +246,16 @@ def inference_service_patch(
                 'its vLLM command with "$@" (as kserve-huggingfaceserver-multinode does)',
                 "Applied",
             )
-    parts = pod_parts(target, offload, pod, mount_disk=True)
+    role = next((r for r in offload.role_offloads() if r.role == DECODE), None)
+    multi_node = built is not None and built.worker_container is not None
+    figures = role if multi_node else None
+    parts = pod_parts(target, offload, pod, mount_disk=True, role=figures)
     if isinstance(parts, Conflict):
         return parts
+    arg = figures.arg if figures is not None else offload.arg
     volumes = with_items(pod.volumes, parts.volumes, OWN_VOLUMES)
     args = [*user_args(target, container.get("args") or [], own), *offload.dtype_args]
-    args += [KV_FLAG, offload.arg]
+    args += [KV_FLAG, arg]
     init = with_items(get(target, *_INIT) or [], parts.init_containers, {EVICTOR_CONTAINER})
     # The init containers' guard may test the predictor the ops before have changed.
     ahead = with_list(with_list(target, _VOLUMES, volumes), _ARGS, args)
@@ -218,9 +264,16 @@ def inference_service_patch(
         *list_ops(target, _ARGS, args),
         *list_ops(ahead, _INIT, init),
     ]
-    record = {**parts.record, "kvTransferConfig": offload.arg}
+    record = {**parts.record, "kvTransferConfig": arg}
     if offload.kv_cache_dtype:
         record["kvCacheDtype"] = offload.kv_cache_dtype
+    if multi_node and built is not None and figures is not None:
+        ahead = with_list(ahead, _INIT, init)
+        worker = _worker_ops(target, ahead, offload, figures, built, own)
+        if isinstance(worker, Conflict):
+            return worker
+        ops += worker[0]
+        file_record(record, WORKER_TEMPLATE, worker[1])
     if ops:
         ops += record_ops(target, record)
     names = ", ".join(v["name"] for v in parts.volumes)
@@ -236,6 +289,96 @@ def inference_service_patch(
     }
     request = record["memoryRequest"]["applied"]
     return [*lists, apply_write(target, body, summary(target, offload, f"args {KV_FLAG}", request))]
+
+
+def _worker_pod(target: Mapping[str, Any], built: MergedPod | None = None) -> PodTemplate:
+    """The worker pods' template: the first of spec.predictor.workerSpec.containers (KServe
+    merges it with the runtime's worker-container), or none yet."""
+    containers = get(target, *_WORKER, "containers") or []
+    runtime_worker = (built.runtime.spec.get("workerSpec") if built else None) or {}
+    base: Mapping[str, Any] = next(
+        (c for c in runtime_worker.get("containers") or [] if c.get("name") == WORKER_CONTAINER),
+        {},
+    )
+    path = (*_WORKER, "containers", "0")
+    return PodTemplate(
+        name=WORKER_TEMPLATE,
+        container=containers[0] if containers else {},
+        volumes=get(target, *_WORKER, "volumes") or [],
+        container_path=path if containers else None,
+        container_guard=(),
+        volumes_path=(*_WORKER, "volumes"),
+        init_containers_path=(*_WORKER, "initContainers"),
+        args_path=(*path, "args"),
+        inherited=base.get("resources") if isinstance(base.get("resources"), Mapping) else None,
+        inherited_volumes=runtime_worker.get("volumes") or (),
+    )
+
+
+def _worker_ops(
+    target: Mapping[str, Any],
+    ahead: Mapping[str, Any],
+    offload: Offload,
+    role: RoleOffload,
+    built: MergedPod,
+    own: str | None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]] | Conflict:
+    """The worker template's memory, /dev/shm, disk and (where its vLLM reads its own command
+    line: `vllm serve --headless` through "$@") the flag, as guarded JSON patches of its
+    atomic containers, volumes and initContainers; and the template's record. `ahead`: the
+    target as the predictor's ops leave it (for the guards)."""
+    pod = _worker_pod(target, built)
+    parts = pod_parts(target, offload, pod, mount_disk=True, role=role)
+    if isinstance(parts, Conflict):
+        return parts
+    item = merge_container(dict(pod.container) or {"name": WORKER_CONTAINER}, parts.container)
+    assert built.worker_container is not None
+    if command.runs_vllm(built.worker_container) and not command.drops_args(built.worker_container):
+        users = user_args(target, pod.container.get("args") or [], own)
+        item["args"] = [*users, *offload.dtype_args, KV_FLAG, role.arg]
+    containers = [item, *(get(target, *_WORKER, "containers") or [])[1:]]
+    volumes = with_items(pod.volumes, parts.volumes, OWN_VOLUMES)
+    init = with_items(
+        get(target, *_WORKER, "initContainers") or [], parts.init_containers, {EVICTOR_CONTAINER}
+    )
+    paths = [(*_WORKER, "containers"), (*_WORKER, "volumes"), (*_WORKER, "initContainers")]
+    ops: list[dict[str, Any]] = []
+    for path, value in zip(paths, (containers, volumes, init), strict=True):
+        ops += list_ops(ahead, path, value)
+        ahead = with_list(ahead, path, value)
+    record = dict(parts.record)
+    if not pod.container:
+        record["createdContainer"] = True  # the take-back removes it whole
+    return ops, record
+
+
+def _worker_unapply_ops(
+    target: Mapping[str, Any], record: Mapping[str, Any], own: str | None
+) -> list[dict[str, Any]]:
+    """The worker template's take-back: a worker container kvtier made goes whole (with
+    kvtier's volumes and evictor); in the user's own, kvtier's fields (the flag's record is
+    the object's, as on the predictor)."""
+    pod = _worker_pod(target)
+    if not record.get("createdContainer"):
+        here = {**record, **({"kvTransferConfig": own} if own is not None else {})}
+        return pod_unapply_ops(target, pod, here)
+    containers = get(target, *_WORKER, "containers") or []
+    path = [*_WORKER, "containers"]
+    ops: list[dict[str, Any]] = []
+    if containers and containers[0].get("name") == WORKER_CONTAINER:
+        if len(containers) == 1:
+            ops += [
+                {"op": "test", "path": pointer(path), "value": containers},
+                {"op": "remove", "path": pointer(path)},
+            ]
+        else:
+            ops += [
+                {"op": "test", "path": pointer([*path, "0"]), "value": containers[0]},
+                {"op": "remove", "path": pointer([*path, "0"])},
+            ]
+    ops += item_ops(target, list(pod.init_containers_path), "name", {EVICTOR_CONTAINER})
+    ops += item_ops(target, list(pod.volumes_path), "name", OWN_VOLUMES)
+    return ops
 
 
 INFERENCE_SERVICE = InferenceService()

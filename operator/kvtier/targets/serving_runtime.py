@@ -347,4 +347,21 @@ def merged_pod(isvc: Mapping[str, Any], runtime: Runtime) -> MergedPod | NoRunti
         key: worker_spec.get(key) or runtime_worker.get(key) or 1
         for key in ("pipelineParallelSize", "tensorParallelSize")
     }
+    # KServe gives both containers the sizes as env, which their args reference as $(VAR).
+    for merged in (container, worker_container):
+        for name, key in (
+            ("PIPELINE_PARALLEL_SIZE", "pipelineParallelSize"),
+            ("TENSOR_PARALLEL_SIZE", "tensorParallelSize"),
+        ):
+            _set_env(merged, name, str(sizes[key]))
     return MergedPod(runtime, container, pod, worker_container, worker_pod, sizes)
+
+
+def _set_env(container: dict[str, Any], name: str, value: str) -> None:
+    """AddEnvVarToPodSpec: the variable's value replaced, else the variable appended."""
+    entries = container.setdefault("env", [])
+    for entry in entries:
+        if entry.get("name") == name:
+            entry["value"] = value
+            return
+    entries.append({"name": name, "value": value})
