@@ -23,7 +23,8 @@ API:
     plain(api, obj) -> dict: a typed client object as the API server's JSON;
     vllm_argv(container, pod=None) -> list[str]: the container's command and args run by bash
         with its literal env (and the pod's fieldRef values) and stub `vllm`, `python`,
-        `python3` first on PATH; the argv they got, starting with the program's name.
+        `python3` first on PATH (and `ray`, playing a Ray cluster of PIPELINE_PARALLEL_SIZE
+        nodes that is up); the argv they got, starting with the program's name.
 """
 
 from __future__ import annotations
@@ -150,6 +151,11 @@ def container(spec: dict[str, Any], name: str) -> dict[str, Any]:
 STUB = """\
 import json, os, sys
 name = os.path.basename(sys.argv[0])
+if name == "ray":  # a Ray cluster already up, of PIPELINE_PARALLEL_SIZE nodes
+    if sys.argv[1:2] == ["status"]:
+        for i in range(int(os.environ.get("PIPELINE_PARALLEL_SIZE", "1"))):
+            print(f" 1 node_{{i}}")
+    sys.exit(0)
 if name.startswith("python") and sys.argv[1:3] != ["-m", "{api}"]:
     sys.exit(f"stub {{name}}: only -m {api} is played")
 open(os.environ["STUB_ARGV"], "w").write(json.dumps([name, *sys.argv[1:]]))
@@ -171,7 +177,7 @@ def vllm_argv(ctr: dict[str, Any], pod: dict[str, Any] | None = None) -> list[st
             "status.podIP": pod.get("status", {}).get("podIP", ""),
         }
     with tempfile.TemporaryDirectory(prefix="kserve-isvc-vllm-") as tmp:
-        for name in ("vllm", "python", "python3"):
+        for name in ("vllm", "python", "python3", "ray"):
             stub = Path(tmp) / name
             stub.write_text(f"#!{sys.executable}\n" + STUB.format(api=API_SERVER))
             stub.chmod(0o755)

@@ -264,7 +264,8 @@ def test_openshift_ai_runtimes_load_into_kserve(
         # The Ray head's script execs vLLM with its own flags: the user's args are dropped.
         ctr = container(pod["spec"], "kserve-container")
         assert ctr["args"][1:] == USER_ARGS
-        argv = oracle["head"]["containers"]["kserve-container"]
+        argv = vllm_argv(ctr, pod)
+        assert argv == oracle["head"]["containers"]["kserve-container"]
         assert argv[:3] == ["python3", "-m", API]
         assert not set(USER_ARGS) & set(argv)
         assert "--pipeline-parallel-size=2" in argv
