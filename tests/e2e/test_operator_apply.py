@@ -14,6 +14,8 @@ from kubernetes import client
 
 from kvtier.api.common import quantity_bytes
 from kvtier.kube.rest import Kube
+from kvtier.names.labels import TIER_ID
+from kvtier.names.objects import tier_id
 from localcluster import LocalCluster
 from tests.e2e import audit
 from tests.e2e.conftest import create_target, inference_service, llm_inference_service
@@ -601,3 +603,48 @@ def test_two_tiers_on_one_target_never_fight(
 
 def condition_message(tier: dict[str, Any], ctype: str) -> str:
     return str({c["type"]: c for c in tier["status"]["conditions"]}[ctype]["message"])
+
+
+@pytest.mark.parametrize("refusal", ["TargetClaimed", "CPUTierAboveLimit"])
+def test_a_refused_nvme_tier_names_its_refusal_and_makes_no_volume(
+    cluster: LocalCluster, admin_api: client.ApiClient, ns: str, refusal: str
+) -> None:
+    """Ready names the refusal, not local PVs that are never created (issue V, defect 2)."""
+    name = f"refused-{refusal.lower()}"
+    if refusal == "TargetClaimed":
+        _cpu_only_tier(admin_api, ns, name)  # the older tier holds the target
+        tier_name, cpu = f"{name}-nvme", {}
+    else:
+        create_target(admin_api, ns, llm_inference_service(name, tp=8, model_uri=NEMOTRON))
+        tier_name, cpu = name, {"cpu": {"size": "8Ti"}}  # nodes have 2Ti
+    start = time.time()
+    create_tier(
+        admin_api,
+        ns,
+        tier_name,
+        {
+            "mode": "Apply",
+            "targetRef": {"kind": "LLMInferenceService", "name": name},
+            "workload": STUDY,
+            "disk": {"type": "NVMe", "nvme": {"pool": POOL, "size": "2Ti"}},
+            **cpu,
+        },
+    )
+    ctype = "Conflict" if refusal == "TargetClaimed" else "PolicyCompliant"
+    refused = "True" if refusal == "TargetClaimed" else "False"
+    wait_condition(admin_api, ns, tier_name, ctype, refused, refusal)
+    tier = wait_condition(admin_api, ns, tier_name, "Ready", "False", refusal)
+    conds = {c["type"]: c for c in tier["status"]["conditions"]}
+    assert conds["Ready"]["message"] == conds[ctype]["message"]
+    for step in ("Provisioned", "Applied", "Probed"):
+        assert conds[step]["reason"] == "Blocked" and f"({refusal})" in conds[step]["message"]
+    assert not any("waiting for" in c["message"] for c in conds.values()), conds
+    assert tier["status"]["plan"]["summary"].endswith(f"({refusal})")
+    time.sleep(3)  # reconciles still in flight would write now
+    core = client.CoreV1Api(admin_api)
+    label = f"{TIER_ID}={tier_id(ns, tier_name)}"
+    assert core.list_persistent_volume(label_selector=label).items == []
+    assert core.list_namespaced_persistent_volume_claim(ns, label_selector=label).items == []
+    writes = audit.writes(cluster.audit_log, since=start, namespace=ns)
+    assert writes[("patch", "llminferenceservices")] == 0, writes
+    assert writes[("create", "persistentvolumeclaims")] == 0, writes

@@ -108,7 +108,7 @@ class Case:
     name: str
     tier: Mapping[str, Any]
     target: Mapping[str, Any] | None
-    policy: Mapping[str, Any]
+    policy: Mapping[str, Any] | None  # None: no KVCachePolicy exists
     rivals: tuple[tuple[int, str, str], ...] = ()  # other Apply-mode tiers on the target
     # KServe's CRDs the API server serves the target's schema from; None: none could be read.
     crds: str | None = "full"
@@ -119,7 +119,7 @@ def facts(case: Case) -> Facts:
     target = None if case.target is None else copy.deepcopy(dict(case.target))
     return Facts(
         tier=copy.deepcopy(dict(case.tier)),
-        policy=copy.deepcopy(dict(case.policy)),
+        policy=None if case.policy is None else copy.deepcopy(dict(case.policy)),
         target=target,
         config_map=None,
         nodes=copy.deepcopy(NODES),
@@ -232,6 +232,11 @@ def refusals() -> Iterator[Case]:
     yield Case("refused__target-not-found", tier_for(isvc, cpu), None, policy())
     claimed = [(0, "2026-11-30T09:00:00Z", "older-tier")]
     yield Case("refused__target-claimed", tier_for(isvc, cpu), isvc, policy(), tuple(claimed))
+    # Refused with a disk tier: Ready names the refusal, not the local PVs it never creates.
+    nvme = tier_for(isvc, DISKS["nvme-pv"])
+    yield Case("refused__target-claimed-nvme", nvme, isvc, policy(), tuple(claimed))
+    above = tier_for(isvc, DISKS["nvme-pv"], cpu={"size": "1Ti"})
+    yield Case("refused__cpu-tier-above-limit", above, isvc, policy())
     unknown = target("llmisvc-v1alpha2", "single")
     unknown["apiVersion"] = f"{LLMISVC}9"  # a version KServe's CRDs do not serve
     yield Case("refused__unsupported-target", tier_for(unknown, cpu), unknown, policy(), crds=None)
@@ -251,6 +256,7 @@ def refusals() -> Iterator[Case]:
     yield Case("refused__release-cannot-build-model", newer, nemotron, policy())
     pool = tier_for(isvc, {"type": "NVMe", "nvme": {"pool": "nope"}})
     yield Case("refused__unknown-nvme-pool", pool, isvc, policy())
+    yield Case("refused__no-policy-nvme", tier_for(isvc, DISKS["nvme-pv"]), isvc, None)
     s3 = tier_for(isvc, DISKS["s3-secret"])
     yield Case("refused__object-store-not-allowed", s3, isvc, policy(object_store_allowed=False))
 

@@ -102,8 +102,8 @@ def tier(
             tier(
                 4,
                 4,
-                ("Ready", "False", "Conflict"),
-                ("Applied", "False", "Conflict"),
+                ("Ready", "False", "KVTransferConfigInUse"),
+                ("Applied", "False", "Blocked"),
                 ("Conflict", "True", "KVTransferConfigInUse"),
             ),
             "Degraded",

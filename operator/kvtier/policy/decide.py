@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kvtier.api.tier import ConditionType, KVCacheTierSpec, Mode
+from kvtier.api.policy import KVCachePolicySpec
+from kvtier.api.tier import ConditionType, DiskType, KVCacheTierSpec, Mode
 from kvtier.policy.apply_step import apply_step
 from kvtier.policy.atomic import atomic_verdict
 from kvtier.policy.benefit import drop_if_not_beneficial, tier_beneficial
 from kvtier.policy.claims import claimed_by
-from kvtier.policy.compliance import policy_verdict
+from kvtier.policy.compliance import nvme_pool_missing, policy_verdict
 from kvtier.policy.conditions import FALSE, TRUE, Verdict, flipped, merge_conditions
 from kvtier.policy.contract import Decision, Facts, meta
 from kvtier.policy.events import Event, newsworthy
@@ -25,8 +26,8 @@ from kvtier.policy.parse_cache import parse
 from kvtier.policy.placement import Placement, placement
 from kvtier.policy.probe_step import probe_step
 from kvtier.policy.provisioning import split_writes
-from kvtier.policy.ready import ready_verdict
-from kvtier.policy.refusals import SPEC_PATHS, Refusal, beyond_int64
+from kvtier.policy.ready import blocked, hold_back, ready_verdict, refusal
+from kvtier.policy.refusals import SPEC_PATHS, Refusal, beyond_int64, sized_false
 from kvtier.policy.roles import RolePlan, role_input, role_plans
 from kvtier.policy.scheduler import configmap_step, referenced_configmap, scheduler_verdict
 from kvtier.policy.sizing_input import available_disks, sizing_input, with_measured_prefill
@@ -114,7 +115,7 @@ def decide(facts: Facts) -> Decision:
                 f"{target.replicas} replica(s)",
             )
         )
-        verdicts.extend(_size(decision, spec, eff, target, facts))
+        verdicts.extend(_size(decision, spec, eff, target, facts, policy))
         claimed = claimed_by(facts, mode)
         if claimed is not None:
             verdicts.append(
@@ -128,16 +129,18 @@ def decide(facts: Facts) -> Decision:
             )
     if not any(v.type == ConditionType.POLICY_COMPLIANT.value for v in verdicts):
         verdicts.append(policy_verdict(spec, eff, policy, decision.policy_problems))
-    blocking = {
-        ConditionType.TARGET_FOUND,
-        ConditionType.SIZED,
-        ConditionType.POLICY_COMPLIANT,
-        ConditionType.CONFLICT,
-    }
-    if any(v.type in blocking and not v.ok for v in verdicts):
-        # Never act on a plan that failed a check: nothing half-applied, nothing probed.
+    refused = refusal(verdicts)
+    if refused is not None:
+        # Never act on a plan that failed a check: nothing half-applied, nothing probed; and
+        # the steps held back say so instead of waiting for writes that are never made.
         decision.writes = []
         decision.probe = None
+        verdicts = hold_back(verdicts)
+        plan_status = status.get("plan")
+        if mode == Mode.APPLY and isinstance(plan_status, dict) and "summary" in plan_status:
+            plan_status["summary"] += (
+                f"\nNot applied: {refused.type} is {refused.status} ({refused.reason})"
+            )
     verdicts.append(ready_verdict(verdicts, mode))
     # After Ready: whether a tier pays off never blocks it.
     effective = tier_effective(facts, policy)
@@ -176,6 +179,7 @@ def _size(
     eff: EffectiveSettings,
     target: TargetFacts,
     facts: Facts,
+    policy: KVCachePolicySpec | None,
 ) -> list[Verdict]:
     targeted = with_target_vllm_version(eff, target.server.image_vllm_version)
     if targeted is not eff:  # the target's image names its vLLM: status.effective says so
@@ -185,6 +189,11 @@ def _size(
     place = placement(facts.nodes, target.node_selector, gpus)
     available = available_disks(spec, eff, facts.nodes, place)
     try:
+        if eff.disk_type.value == DiskType.NVME and eff.nvme_pool is None:
+            # Not "NVMe is not available here": the pool asked for, or the policy, is missing.
+            wanted = spec.disk.nvme.pool if spec.disk and spec.disk.nvme else None
+            invalid = facts.policy is not None and policy is None
+            raise sized_false("NVMePoolNotFound", nvme_pool_missing(wanted, policy, invalid))
         probes = measured((facts.tier.get("status") or {}).get("tiers") or [])
         base = with_measured_prefill(
             sizing_input(spec, eff, target, place, facts.config_map, available, probes),
@@ -313,10 +322,12 @@ def _render(
         return [Verdict(exc.condition, FALSE, exc.reason, exc.message)]
     if result.conflict is not None:
         decision.status["plan"] = {"summary": f"{summary}\n{result.summary}"}
-        return [
-            Verdict(ConditionType.CONFLICT.value, TRUE, "KVTransferConfigInUse", result.conflict),
-            Verdict(ConditionType.APPLIED.value, FALSE, "Conflict", result.conflict),
-        ]
+        conflict = Verdict(
+            ConditionType.CONFLICT.value, TRUE, "KVTransferConfigInUse", result.conflict
+        )
+        # Plan mode has no Applied; Apply mode's says why nothing is applied.
+        applied = [blocked(ConditionType.APPLIED, conflict)] if decision.mode == Mode.APPLY else []
+        return [conflict, *applied]
     atomic = atomic_verdict(facts.target_schemas, result.writes, facts.target)
     if atomic is not None:
         decision.status["plan"] = {"summary": f"{summary}\nCannot apply: {atomic.message}"}
