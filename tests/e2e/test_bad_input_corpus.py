@@ -47,6 +47,7 @@ from tests.e2e.kube_helpers import (
     new_namespace,
 )
 from tests.e2e.operator_process import OperatorProcess
+from tests.unit.test_ready import documented_order, fine
 
 BAD_INPUTS: list[dict[str, Any]] = yaml.safe_load(
     (Path(__file__).parent / "bad_inputs.yaml").read_text()
@@ -273,6 +274,18 @@ def test_case_ends_in_its_condition(run: Run, case: str) -> None:
     if expect.status == "False" or expect.ctype == "Conflict":
         ready = condition(tier, "Ready")
         assert ready and ready["status"] == "False" and ready["reason"]
+        # The first blocker in the order docs/troubleshooting.md documents, as written.
+        by_type = {c["type"]: c for c in tier["status"]["conditions"]}
+        first = next(
+            (
+                by_type[t]
+                for t in documented_order()
+                if t in by_type and not fine(t, by_type[t]["status"])
+            ),
+            None,
+        )
+        assert first is not None, _conditions(tier)
+        assert (ready["reason"], ready["message"]) == (first["reason"], first["message"])
 
 
 def test_failing_tiers_wrote_nothing(admin_api: client.ApiClient, run: Run) -> None:

@@ -19,6 +19,7 @@ from kvtier.policy.conditions import FALSE, TRUE, UNKNOWN, Verdict
 from kvtier.policy.decide import decide
 from kvtier.policy.ready import ready_verdict
 from tests.unit.test_decide import POLICY, conds, facts, tier
+from tests.unit.test_render_targets import _isvc
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "troubleshooting.md"
 NVME = {"type": "NVMe", "nvme": {"pool": "local-nvme"}}
@@ -217,3 +218,21 @@ def test_an_nvme_default_without_a_pool_names_the_pools_to_choose_from() -> None
     assert c["Ready"] == c["Sized"]
     assert c["Sized"][:2] == (FALSE, "NVMePoolNotFound")
     assert "needs a pool" in c["Sized"][2] and "(defined: local-nvme)" in c["Sized"][2]
+
+
+@pytest.mark.parametrize("mode", ["Apply", "Plan"])
+def test_a_users_own_flag_is_the_blocker_in_both_modes(mode: str) -> None:
+    target = _isvc()
+    target["spec"]["predictor"]["model"]["args"] += ["--kv-transfer-config", "{}"]
+    ref = {"apiVersion": target["apiVersion"], "kind": target["kind"], "name": "llama-3-1-70b"}
+    d = decide(facts(tier(mode=mode, targetRef=ref, disk={"type": "None"}), target=target))
+    c = _names(d)
+    assert c["Ready"] == (FALSE, "KVTransferConfigInUse", c["Conflict"][2])
+    # Plan mode has no Applied; Apply mode's says it is held back, not "Conflict" or "Applying".
+    if mode == "Plan":
+        assert "Applied" not in c
+    else:
+        assert (
+            c["Applied"][:2] == (FALSE, "Blocked") and "(KVTransferConfigInUse)" in c["Applied"][2]
+        )
+    assert d.writes == []
