@@ -326,8 +326,9 @@ def _render(
             ConditionType.CONFLICT.value, TRUE, "KVTransferConfigInUse", result.conflict
         )
         # Plan mode has no Applied; Apply mode's says why nothing is applied.
-        applied = [blocked(ConditionType.APPLIED, conflict)] if decision.mode == Mode.APPLY else []
-        return [conflict, *applied]
+        if decision.mode != Mode.APPLY:
+            return [conflict]
+        return [conflict, blocked(ConditionType.APPLIED, conflict)]
     atomic = atomic_verdict(facts.target_schemas, result.writes, facts.target)
     if atomic is not None:
         decision.status["plan"] = {"summary": f"{summary}\nCannot apply: {atomic.message}"}
