@@ -437,3 +437,38 @@ def test_an_average_context_beyond_the_servers_max_model_len_is_not_sized() -> N
     )
     d = decide(facts(at_limit, target=_with_max_model_len(llmisvc(), "128K")))
     assert conds(d.status)["Sized"]["reason"] == "Sized"
+
+
+def test_a_version_the_cluster_does_not_serve_is_not_a_missing_target() -> None:
+    """spec.targetRef.apiVersion serving.kserve.io/v1 while the cluster serves InferenceService
+    in v1beta1 only: the object may well exist there, so the reason says the version is not
+    served and names the versions that are, not TargetNotFound."""
+    ref = {"apiVersion": "serving.kserve.io/v1", "kind": "InferenceService", "name": "llama"}
+    t = tier(targetRef=ref)
+    d = decide(facts(t, target=None, target_versions=("serving.kserve.io/v1beta1",)))
+    c = conds(d.status)
+    assert (c["TargetFound"]["status"], c["TargetFound"]["reason"]) == (
+        "False",
+        "TargetVersionNotServed",
+    )
+    message = c["TargetFound"]["message"]
+    assert message.startswith("spec.targetRef.apiVersion serving.kserve.io/v1: the cluster")
+    assert "it serves InferenceService in serving.kserve.io/v1beta1" in message
+    assert c["Ready"]["reason"] == "TargetVersionNotServed"
+    # A registered version the cluster does not serve (LLMInferenceService v1alpha1 where only
+    # v1alpha2 is): the same reason.
+    ref = {"apiVersion": "serving.kserve.io/v1alpha1", "kind": "LLMInferenceService", "name": "x"}
+    d = decide(
+        facts(tier(targetRef=ref), target=None, target_versions=("serving.kserve.io/v1alpha2",))
+    )
+    assert conds(d.status)["TargetFound"]["reason"] == "TargetVersionNotServed"
+    # A served version without the object, no version named, or nothing known: not found.
+    served = ("serving.kserve.io/v1alpha1", "serving.kserve.io/v1alpha2")
+    for spec, versions in ((ref, served), ({"kind": "InferenceService", "name": "y"}, None)):
+        d = decide(facts(tier(targetRef=spec), target=None, target_versions=versions))
+        assert conds(d.status)["TargetFound"]["reason"] == "TargetNotFound"
+    d = decide(facts(tier(targetRef=ref), target=None, target_versions=()))
+    assert (
+        "serves no LLMInferenceService in group serving.kserve.io"
+        in (conds(d.status)["TargetFound"]["message"])
+    )

@@ -137,6 +137,7 @@ class Controller(Runtime):
             kserve_namespace=self.cache.kserve_namespace,
             related=self.cache.related_for(target),
             target_schemas=await self._target_schemas(target),
+            target_versions=await self._served_versions(tier) if target is None else None,
         )
         decision = decide(facts)
         if target is not None and any(
@@ -191,6 +192,17 @@ class Controller(Runtime):
             # events are then no longer news, see cache.is_news), and they need more writes:
             # another round's work, as nothing else will wake the tier for them.
             self.queue.add_after(key, PENDING_RETRY_SECONDS)
+
+    async def _served_versions(self, tier: Mapping[str, Any]) -> tuple[str, ...] | None:
+        """The apiVersions the cluster serves the target's kind in, for a tier that names a
+        version and found no target: a version the cluster does not serve is its own reason
+        (TargetVersionNotServed), not a missing object. None when the tier names none."""
+        ref = (tier.get("spec") or {}).get("targetRef") or {}
+        version = ref.get("apiVersion")
+        if not isinstance(version, str) or "/" not in version:
+            return None
+        group = version.rpartition("/")[0]
+        return await asyncio.to_thread(self.schemas.served_versions, group, str(ref.get("kind")))
 
     def _llmisvc_configs(
         self, target: Mapping[str, Any] | None

@@ -128,6 +128,18 @@ class SchemaWatch:
         found = {v: self.schema_of(v, kind) for v in sorted(versions)}
         return {v: s for v, s in found.items() if s is not None}
 
+    def served_versions(self, group: str, kind: str) -> tuple[str, ...] | None:
+        """The apiVersions of `group` the API server serves `kind` in (their OpenAPI v3
+        documents define it), sorted; None when the index cannot be read now (nothing is then
+        said about what the cluster serves)."""
+        if self.index is None:
+            try:
+                self.index = self.read_index()
+            except Exception as exc:  # discovery is advisory: never a crash
+                log.warning("reading /openapi/v3 failed: %s", exc)
+                return None
+        return tuple(sorted(self.schemas_of(f"{group}/", kind)))
+
     def check(self) -> set[str]:
         """One read; the groups whose schema changed since the last one."""
         self.index = self.read_index()

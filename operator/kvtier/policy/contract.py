@@ -60,6 +60,9 @@ class Facts:
     # components, render/served_schema.py): each write is checked against the schema of the
     # version it is sent as. A version without one (not read) gets no apply.
     target_schemas: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
+    # When no target was found and the tier names its apiVersion: the apiVersions the cluster
+    # serves the target's kind in (its OpenAPI index); None when not read or not known.
+    target_versions: tuple[str, ...] | None = None
 
 
 @dataclass

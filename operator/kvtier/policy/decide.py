@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvtier.api.policy import KVCachePolicySpec
-from kvtier.api.tier import ConditionType, DiskType, KVCacheTierSpec, Mode
+from kvtier.api.tier import ConditionType, DiskType, KVCacheTierSpec, Mode, TargetRef
 from kvtier.policy.apply_step import apply_step
 from kvtier.policy.atomic import atomic_verdict
 from kvtier.policy.benefit import drop_if_not_beneficial, tier_beneficial
@@ -46,7 +46,7 @@ from kvtier.settings import EffectiveSettings, with_target_vllm_version
 from kvtier.sizing import SizingError, SizingInput, SizingPlan, cpu_tier_cap, plan, record
 from kvtier.targets.base import RelatedObjects
 from kvtier.targets.facts import TargetFacts
-from kvtier.targets.registry import target_facts
+from kvtier.targets.registry import api_versions, registered, target_facts
 from kvtier.tiers.base import TierRequest
 from kvtier.tiers.nvme import binding_warning
 from kvtier.tiers.registry import CPU, find_disk_tier, status_name
@@ -59,6 +59,38 @@ def _target_facts(obj: Mapping[str, Any], related: RelatedObjects) -> TargetFact
         return target_facts(obj, related)
     except RenderError as exc:
         return Verdict(exc.condition, FALSE, exc.reason, exc.message)
+
+
+def _not_found(ref: TargetRef, ns: str, served: tuple[str, ...] | None) -> Verdict:
+    """TargetFound=False: the version the tier names is not one the cluster serves its kind
+    in (the object may well exist in another), else no such object."""
+    if ref.api_version is not None and served is not None and ref.api_version not in served:
+        where = (
+            f"serves {ref.kind} in {', '.join(served)}"
+            if served
+            else f"serves no {ref.kind} in group {ref.api_version.rpartition('/')[0]} (is its "
+            "CRD installed?)"
+        )
+        return Verdict(
+            ConditionType.TARGET_FOUND.value,
+            FALSE,
+            "TargetVersionNotServed",
+            f"spec.targetRef.apiVersion {ref.api_version}: the cluster does not serve {ref.kind} "
+            f"in that version; it {where}. Set spec.targetRef.apiVersion to a served version "
+            f"kvtier supports ({_supported(ref.kind)}), or leave it out (the first of them the "
+            "cluster serves)",
+        )
+    return Verdict(
+        ConditionType.TARGET_FOUND.value,
+        FALSE,
+        "TargetNotFound",
+        f"spec.targetRef: {ref.kind} {ns}/{ref.name} not found; sizing waits for it",
+    )
+
+
+def _supported(kind: str) -> str:
+    found = registered(kind)
+    return ", ".join(api_versions(found)) if found is not None else "none for this kind"
 
 
 def decide(facts: Facts) -> Decision:
@@ -93,14 +125,7 @@ def decide(facts: Facts) -> Decision:
     ref = spec.target_ref
     ns = meta(tier, "namespace")
     if facts.target is None:
-        verdicts.append(
-            Verdict(
-                ConditionType.TARGET_FOUND.value,
-                FALSE,
-                "TargetNotFound",
-                f"spec.targetRef: {ref.kind} {ns}/{ref.name} not found; sizing waits for it",
-            )
-        )
+        verdicts.append(_not_found(ref, ns, facts.target_versions))
     elif isinstance(found := _target_facts(facts.target, facts.related), Verdict):
         verdicts.append(found)
     else:
