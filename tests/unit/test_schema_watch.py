@@ -11,6 +11,8 @@ from kvtier.controller.controller import Controller
 from kvtier.controller.schemas import SchemaWatch, changed_groups, schema_hashes
 from kvtier.kube.rest import Kube
 from kvtier.policy.provisioning import Unkept
+from localcluster import upstream_crds
+from tests.served_schemas import document
 
 
 def _index(hashes: dict[str, str]) -> dict[str, Any]:
@@ -147,3 +149,43 @@ def test_schemas_of_reads_every_version_of_the_group() -> None:
     assert (
         SchemaWatch(fail, lambda _: None, read_document=lambda _: {}).schemas_of("a/v1", "X") == {}
     )
+
+
+def test_the_versions_a_kind_is_served_in_come_from_kserves_real_crds() -> None:
+    """KServe v0.20's CRDs: InferenceService in v1beta1 only, LLMInferenceService in v1alpha1
+    and v1alpha2. A document that cannot be read makes the answer unknown (None), never a
+    version "not served"."""
+    crds = upstream_crds("full")
+    components: dict[str, Any] = {}
+    for name in (
+        "serving.kserve.io_inferenceservices.yaml",
+        "serving.kserve.io_llminferenceservices.yaml",
+    ):
+        components.update(document(crds / name)["components"]["schemas"])
+    versions = ("v1alpha1", "v1alpha2", "v1beta1")
+    index = _index({f"serving.kserve.io/{v}": v.upper() for v in versions})
+    failing: set[str] = set()
+
+    def read(url: str) -> dict[str, Any]:
+        if any(v in url for v in failing):
+            raise OSError("connection reset")
+        return {"components": {"schemas": components}}
+
+    watch = SchemaWatch(lambda: index, lambda _: None, read_document=read)
+    assert watch.served_versions("serving.kserve.io", "InferenceService") == (
+        "serving.kserve.io/v1beta1",
+    )
+    assert watch.served_versions("serving.kserve.io", "LLMInferenceService") == (
+        "serving.kserve.io/v1alpha1",
+        "serving.kserve.io/v1alpha2",
+    )
+    assert watch.served_versions("example.com", "InferenceService") == ()
+    fresh = SchemaWatch(lambda: index, lambda _: None, read_document=read)
+    failing.add("v1alpha2")
+    assert fresh.served_versions("serving.kserve.io", "InferenceService") is None
+
+    def down() -> dict[str, Any]:
+        raise OSError("the API server is restarting")
+
+    broken = SchemaWatch(down, lambda _: None, read_document=read)
+    assert broken.served_versions("serving.kserve.io", "InferenceService") is None

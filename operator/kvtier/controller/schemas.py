@@ -130,15 +130,21 @@ class SchemaWatch:
 
     def served_versions(self, group: str, kind: str) -> tuple[str, ...] | None:
         """The apiVersions of `group` the API server serves `kind` in (their OpenAPI v3
-        documents define it), sorted; None when the index cannot be read now (nothing is then
-        said about what the cluster serves)."""
+        documents define it), sorted; None when the index or one of the group's documents
+        cannot be read now (nothing is then said about what the cluster serves)."""
         if self.index is None:
             try:
                 self.index = self.read_index()
             except Exception as exc:  # discovery is advisory: never a crash
                 log.warning("reading /openapi/v3 failed: %s", exc)
                 return None
-        return tuple(sorted(self.schemas_of(f"{group}/", kind)))
+        served = self.schemas_of(f"{group}/", kind)
+        paths = self.index.get("paths") if self.index is not None else None
+        for path in paths if isinstance(paths, Mapping) else {}:
+            url = document_url(self.index or {}, str(path)[len("apis/") :])
+            if str(path).startswith(f"apis/{group}/") and url and (url, kind) not in self.schemas:
+                return None  # a document that could not be read: not known, not "not served"
+        return tuple(sorted(served))
 
     def check(self) -> set[str]:
         """One read; the groups whose schema changed since the last one."""
