@@ -126,6 +126,8 @@ def test_decide_refuses_an_unregistered_kind_as_target_not_found() -> None:
 def test_the_rest_client_the_cache_and_the_schema_watch_read_the_registry() -> None:
     for kind in KINDS:
         assert PLURALS[kind.kind] == (kind.plural, True)
+        for related in kind.reads:  # what it reads, as the informers need it
+            assert PLURALS[related.kind] == (related.plural, related.namespaced)
         assert version_preference(kind.kind) == api_versions(kind)
         assert kind.group in WATCHED_GROUPS
     assert version_preference("DaemonSet") == ()

@@ -63,6 +63,7 @@ PLURALS: dict[str, tuple[str, bool]] = {
     "KVCacheTier": ("kvcachetiers", True),
     "KVCachePolicy": ("kvcachepolicies", False),
     **{k.kind: (k.plural, True) for k in KINDS},
+    **{r.kind: (r.plural, r.namespaced) for k in KINDS for r in k.reads},
     "LLMInferenceServiceConfig": ("llminferenceserviceconfigs", True),
     "PersistentVolume": ("persistentvolumes", False),
     "PersistentVolumeClaim": ("persistentvolumeclaims", True),

@@ -1,0 +1,299 @@
+"""kvtier on an InferenceService as KServe's real InferenceService controller builds its pod
+from a ServingRuntime (issue Q): KServe v0.20.0's cmd/manager (Standard mode, its webhooks
+and ClusterServingRuntimes, tests/e2e/kserve_isvc.py) and kvtier's operator under its
+restricted identity on one local control plane. Every assertion is on the Deployment KServe
+writes and the pod kube-controller-manager builds from it, never on a pod built by hand:
+vLLM's argv (the container's command run with stub programs) carries kvtier's
+cpu_bytes_to_use, exactly one /dev/shm mount of kvtier's size, the memory kvtier sized above
+the runtime's 2Gi limit, the disk mount, the user's own fields; a runtime whose script drops
+the args gets no write and says why; after the tier's deletion the pod template is the
+user's again; no kvtier write once settled.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from kvtier.api.common import quantity_bytes
+from tests.e2e import audit
+from tests.e2e.kserve_isvc import (
+    KServeISVCStack,
+    apply_runtime,
+    container,
+    create_isvc,
+    get_isvc,
+    kserve_isvc_cluster,
+    kserve_isvc_stack,
+    plain_namespace,
+    predictor_deployments,
+    predictor_pods,
+    vllm_argv,
+)
+from tests.e2e.kube_helpers import create_tier, eventually, get_tier, wait_condition
+from tests.e2e.test_operator_apply import POOL
+from tests.kserve_runtime_oracle import runtime_fixture
+
+__all__ = ["kserve_isvc_cluster", "kserve_isvc_stack"]  # the fixtures
+
+pytestmark = pytest.mark.timeout(900)
+
+KV_FLAG = "--kv-transfer-config"
+CONTAINER = "kserve-container"
+
+
+def isvc(name: str, **model: Any) -> dict[str, Any]:
+    """A vLLM InferenceService as OpenShift AI's dashboard writes one, with the user's own
+    env and a GPU, no memory of its own (the runtime's 2Gi limit applies)."""
+    spec: dict[str, Any] = {
+        "modelFormat": {"name": "vLLM"},
+        "storageUri": "hf://meta-llama/Llama-3.1-8B-Instruct",
+        "args": ["--max-model-len=32768"],
+        "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}],
+        "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}},
+        **model,
+    }
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"name": name},
+        "spec": {"predictor": {"model": spec}},
+    }
+
+
+def template(stack: KServeISVCStack, ns: str, name: str) -> dict[str, Any]:
+    """The predictor Deployment's pod template as KServe last wrote it."""
+
+    def check() -> dict[str, Any] | None:
+        found = predictor_deployments(stack.api, ns, name).get(f"{name}-predictor")
+        return None if found is None else found["spec"]["template"]
+
+    result: dict[str, Any] = eventually(check, 120, f"KServe's Deployment {name}-predictor")
+    return result
+
+
+def settled_template(stack: KServeISVCStack, ns: str, name: str, want: str) -> dict[str, Any]:
+    """The template once KServe has turned the InferenceService as kvtier left it into one
+    (kvtier's JSON patch and its apply are two writes, each a KServe reconcile): its
+    container's args carry `want` (kvtier's flag value; none when `want` is empty) and its
+    memory request is the service's."""
+
+    def check() -> dict[str, Any] | None:
+        found = template(stack, ns, name)
+        ctr = container(found["spec"], CONTAINER)
+        args = ctr.get("args") or []
+        has = KV_FLAG in args and args[args.index(KV_FLAG) + 1] == want
+        model = get_isvc(stack.api, ns, name)["spec"]["predictor"]["model"]
+        request = (model.get("resources") or {}).get("requests", {}).get("memory")
+        caught_up = request is None or ctr["resources"]["requests"].get("memory") == request
+        return found if has == bool(want) and caught_up else None
+
+    result: dict[str, Any] = eventually(check, 120, f"KServe's template of {name}")
+    return result
+
+
+def shm(tpl: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    ctr = container(tpl["spec"], CONTAINER)
+    mounts = [m for m in ctr.get("volumeMounts") or [] if m["mountPath"] == "/dev/shm"]
+    volume = next(
+        (v for v in tpl["spec"].get("volumes") or [] if mounts and v["name"] == mounts[0]["name"]),
+        None,
+    )
+    return mounts, volume
+
+
+def waited(
+    stack: KServeISVCStack,
+    ns: str,
+    name: str,
+    ctype: str,
+    status: str,
+    reason: str | None = None,
+    timeout: float = 180,
+) -> dict[str, Any]:
+    """wait_condition, failing with the tier's conditions (what it waits on) when it times out."""
+    try:
+        return wait_condition(stack.api, ns, name, ctype, status, reason, timeout=timeout)
+    except AssertionError as exc:
+        found = get_tier(stack.api, ns, name).get("status") or {}
+        raise AssertionError(f"{exc}: {json.dumps(found.get('conditions'), indent=1)}") from None
+
+
+def tier_spec(name: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "mode": "Apply",
+        "targetRef": {"kind": "InferenceService", "name": name},
+        "workload": {"averageContextTokens": 30000, "concurrentSessions": 8},
+        "disk": {"type": "NVMe", "nvme": {"pool": POOL}},
+        "probe": {"enabled": False},
+        **extra,
+    }
+
+
+def test_kserves_pod_carries_what_kvtier_sized(kserve_isvc_stack: KServeISVCStack) -> None:
+    """KServe's own kserve-vllmserver ClusterServingRuntime: auto-selected by format; the pod
+    KServe builds runs vLLM with kvtier's flag after the runtime's and the user's args, one
+    /dev/shm (kvtier's, replacing the runtime's sizeless one) of kvtier's size, memory above
+    the runtime's 2Gi limit, the disk mount; the user's env kept; 0 kvtier writes in 30 s;
+    the tier's deletion gives KServe the user's service back, and KServe the user's pod."""
+    stack = kserve_isvc_stack
+    ns = plain_namespace(stack.api, "isvc-offload")
+    name = "llama"
+    create_isvc(stack.api, ns, isvc(name))
+    before = template(stack, ns, name)
+    user_spec = get_isvc(stack.api, ns, name)["spec"]
+    create_tier(stack.api, ns, name, tier_spec(name))
+    tier = waited(stack, ns, name, "Ready", "True")
+    sizing = tier["status"]["sizing"]
+    applied = json.loads(
+        get_isvc(stack.api, ns, name)["metadata"]["annotations"]["kvcache.io/applied"]
+    )
+    tpl = settled_template(stack, ns, name, applied["kvTransferConfig"])
+    ctr = container(tpl["spec"], CONTAINER)
+    argv = vllm_argv(ctr)
+    assert argv[:2] == ["python", "-m"]
+    assert "--max-model-len=32768" in argv and "--port=8080" in argv
+    config = json.loads(argv[argv.index(KV_FLAG) + 1])
+    assert config["kv_connector_extra_config"]["cpu_bytes_to_use"] == sizing["cpuBytesToUse"]
+    mounts, volume = shm(tpl)
+    assert len(mounts) == 1 and volume is not None
+    assert volume["emptyDir"]["medium"] == "Memory"
+    # The whole CPU tier file and headroom (status.sizing names no /dev/shm size).
+    assert quantity_bytes(volume["emptyDir"]["sizeLimit"]) > sizing["cpuBytesToUse"]
+    request = quantity_bytes(ctr["resources"]["requests"]["memory"])
+    limit = quantity_bytes(ctr["resources"]["limits"]["memory"])
+    assert request >= sizing["cpuBytesToUse"] and limit >= request > 2 * 1024**3
+    assert "/mnt/kv-cache" in {m["mountPath"] for m in ctr["volumeMounts"]}
+    assert {"name": "HF_HUB_OFFLINE", "value": "1"} in ctr["env"]
+    # Settled: KServe keeps reconciling its service, kvtier writes nothing. Settled means the
+    # rollout is over: the pods of the templates before kvtier's last write are gone, and
+    # the local PVs their claims had bound are Available again (kvtier recreates a Released
+    # one, test_nvme_storage_class.py).
+    eventually(lambda: _rolled_out(stack, ns, name), 120, f"{name}'s rollout")
+    eventually(lambda: _pvs_settled(stack), 60, "the tier's PVs Available or Bound")
+    waited(stack, ns, name, "Ready", "True")
+    since = time.time()
+    time.sleep(30)
+    names: list[str] = []
+    writes = audit.writes(stack.cluster.audit_log, since=since, namespace=ns, names=names)
+    assert sum(writes.values()) == 0, (names, _events(stack, ns))
+    # The take-back: the user's service, and KServe's pod template as before the tier.
+    client.CustomObjectsApi(stack.api).delete_namespaced_custom_object(
+        "kvcache.io", "v1alpha1", ns, "kvcachetiers", name
+    )
+    eventually(lambda: _gone(stack, ns, name), 60, "the tier's deletion")
+    assert get_isvc(stack.api, ns, name)["spec"] == user_spec
+    after = settled_template(stack, ns, name, "")
+    mine, theirs = container(after["spec"], CONTAINER), container(before["spec"], CONTAINER)
+    for key in ("args", "env", "resources", "volumeMounts"):
+        assert mine.get(key) == theirs.get(key), key
+    assert [v["name"] for v in after["spec"]["volumes"]] == [
+        v["name"] for v in before["spec"]["volumes"]
+    ]
+
+
+def _rolled_out(stack: KServeISVCStack, ns: str, name: str) -> bool:
+    deployment = predictor_deployments(stack.api, ns, name)[f"{name}-predictor"]
+    status = deployment.get("status") or {}
+    pods = predictor_pods(stack.api, ns, name)
+    return (
+        status.get("observedGeneration") == deployment["metadata"]["generation"]
+        and status.get("updatedReplicas") == status.get("replicas") == 1
+        and len(pods) == 1
+    )
+
+
+def _pvs_settled(stack: KServeISVCStack) -> bool:
+    pvs = (
+        client.CoreV1Api(stack.api)
+        .list_persistent_volume(label_selector="app.kubernetes.io/managed-by=kvtier")
+        .items
+    )
+    return bool(pvs) and all(str(pv.status.phase) in ("Available", "Bound") for pv in pvs)
+
+
+def _events(stack: KServeISVCStack, ns: str) -> list[str]:
+    found = client.CoreV1Api(stack.api).list_namespaced_event(ns).items
+    return [f"{e.reason}: {e.message} (x{e.count})" for e in found]
+
+
+def _gone(stack: KServeISVCStack, ns: str, name: str) -> bool:
+    tiers = client.CustomObjectsApi(stack.api).list_namespaced_custom_object(
+        "kvcache.io", "v1alpha1", ns, "kvcachetiers"
+    )["items"]
+    return not any(t["metadata"]["name"] == name for t in tiers)
+
+
+def test_a_red_hat_runtime_names_its_vllm_release(kserve_isvc_stack: KServeISVCStack) -> None:
+    """OpenShift AI's vllm-cuda-runtime in the namespace (picked before KServe's cluster
+    runtime): its image's tag is the product's, so kvtier takes the release from the
+    runtime's opendatahub.io/runtime-version, and says so when it cannot size for it; pinned
+    with spec.model.vllmVersion, KServe's pod carries kvtier's flag."""
+    stack = kserve_isvc_stack
+    ns = plain_namespace(stack.api, "isvc-rh")
+    apply_runtime(stack.api, ns, runtime_fixture("vllm-cuda-runtime"))
+    name = "granite"
+    create_isvc(stack.api, ns, isvc(name))
+    create_tier(stack.api, ns, name, tier_spec(name))
+    tier = wait_condition(
+        stack.api, ns, name, "Sized", "False", "UnsupportedVLLMVersion", timeout=120
+    )
+    sized = next(c for c in tier["status"]["conditions"] if c["type"] == "Sized")
+    assert "the target's image is vLLM 0.21.0" in sized["message"]
+    assert "spec.model.vllmVersion" in sized["message"]
+    tier = get_tier(stack.api, ns, name)
+    spec = copy.deepcopy(tier["spec"])
+    spec.setdefault("model", {})["vllmVersion"] = "0.24.0"
+    client.CustomObjectsApi(stack.api).patch_namespaced_custom_object(
+        "kvcache.io", "v1alpha1", ns, "kvcachetiers", name, {"spec": {"model": spec["model"]}}
+    )
+    tier = waited(stack, ns, name, "Ready", "True")
+    applied = json.loads(
+        get_isvc(stack.api, ns, name)["metadata"]["annotations"]["kvcache.io/applied"]
+    )
+    tpl = settled_template(stack, ns, name, applied["kvTransferConfig"])
+    ctr = container(tpl["spec"], CONTAINER)
+    assert ctr["image"] == runtime_fixture("vllm-cuda-runtime")["spec"]["containers"][0]["image"]
+    config = json.loads(vllm_argv(ctr)[vllm_argv(ctr).index(KV_FLAG) + 1])
+    assert (
+        config["kv_connector_extra_config"]["cpu_bytes_to_use"]
+        == tier["status"]["sizing"]["cpuBytesToUse"]
+    )
+    assert len(shm(tpl)[0]) == 1
+
+
+def test_a_runtime_that_drops_the_args_gets_no_write(kserve_isvc_stack: KServeISVCStack) -> None:
+    """A runtime whose bash script execs vLLM with its own flags: KServe's pod would run vLLM
+    without the service's args, so kvtier writes nothing and Applied=False FlagNotPassed
+    names the runtime; the service and KServe's pod stay the user's."""
+    stack = kserve_isvc_stack
+    ns = plain_namespace(stack.api, "isvc-drop")
+    runtime = runtime_fixture("vllm-cuda-runtime")
+    runtime["metadata"]["name"] = "vllm-script"
+    [ctr] = runtime["spec"]["containers"]
+    ctr["command"] = [
+        "bash",
+        "-c",
+        "exec python -m vllm.entrypoints.openai.api_server --port=8080 --model=/mnt/models",
+    ]
+    ctr["args"] = []
+    apply_runtime(stack.api, ns, runtime)
+    name = "scripted"
+    create_isvc(stack.api, ns, isvc(name, runtime="vllm-script"))
+    before = template(stack, ns, name)
+    user_spec = get_isvc(stack.api, ns, name)["spec"]
+    create_tier(stack.api, ns, name, tier_spec(name, model={"vllmVersion": "0.24.0"}))
+    tier = waited(stack, ns, name, "Applied", "False", "FlagNotPassed", timeout=120)
+    applied = next(c for c in tier["status"]["conditions"] if c["type"] == "Applied")
+    assert "ServingRuntime vllm-script" in applied["message"]
+    ready = next(c for c in tier["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False"
+    assert get_isvc(stack.api, ns, name)["spec"] == user_spec
+    assert container(template(stack, ns, name)["spec"], CONTAINER) == container(
+        before["spec"], CONTAINER
+    )
