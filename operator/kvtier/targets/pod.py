@@ -425,8 +425,12 @@ def put_template(spec: dict[str, Any], template: str, value: dict[str, Any]) -> 
 
 
 def template_body(main: dict[str, Any], parts: PodParts) -> dict[str, Any]:
-    """kvtier's part of one pod template whose lists are keyed by name (a PodSpec's)."""
-    body: dict[str, Any] = {"containers": [main], "volumes": parts.volumes}
+    """kvtier's part of one pod template whose lists are keyed by name (a PodSpec's). No
+    volumes list when kvtier adds none: an apply of `volumes: []` would leave an empty list
+    on a template that had none, which the take-back does not remove."""
+    body: dict[str, Any] = {"containers": [main]}
+    if parts.volumes:
+        body["volumes"] = parts.volumes
     if parts.init_containers:
         body["initContainers"] = parts.init_containers
     return body
