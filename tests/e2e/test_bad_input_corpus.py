@@ -1,8 +1,9 @@
 """The bad-input corpus against the running operator: every malformed KVCacheTier and
 KVCachePolicy, hostile model config.json and impossible tier is either rejected at admission
 with a message naming the field, or shown as a condition with a reason. Over the whole run
-the operator never crashes, never grows its memory by more than RSS_GROWTH_MAX, and never
-writes a partial object (the targets of failing tiers stay untouched).
+the operator never crashes, never grows its memory by more than RSS_GROWTH_MAX once warm
+(nor above RSS_MAX), and never writes a partial object (the targets of failing tiers stay
+untouched).
 
 A crash here is any of: the operator process exits or is replaced, /healthz fails, its log
 gains a "Traceback" (kvtier logs a failed reconcile with its traceback: decide() must turn
@@ -53,7 +54,12 @@ BAD_INPUTS: list[dict[str, Any]] = yaml.safe_load(
     (Path(__file__).parent / "bad_inputs.yaml").read_text()
 )
 PLURALS = {"KVCacheTier": "kvcachetiers", "KVCachePolicy": "kvcachepolicies"}
-RSS_GROWTH_MAX = 50 * 1024 * 1024
+# Memory: reading the corpus costs a one-time warm-up (the served OpenAPI documents of the
+# target kinds, read at the first apply and kept: about 40 MiB for KServe's two
+# LLMInferenceService versions), bounded by RSS_MAX; a leak shows as growth while every tier
+# is decided again once warm, bounded by RSS_GROWTH_MAX.
+RSS_MAX = 200 * 1024 * 1024
+RSS_GROWTH_MAX = 10 * 1024 * 1024
 POLICY: dict[str, Any] = {
     "nvmePools": [
         {
@@ -319,6 +325,7 @@ def test_operator_survived_the_corpus(admin_api: client.ApiClient, run: Run) -> 
     proc = run.operator.proc
     assert proc is not None and proc.pid == run.pid and proc.poll() is None, "operator exited"
     assert run.operator.healthy()
+    warm = rss(run.pid)
     # Churn the corpus once more (every tier re-reconciled) before measuring memory.
     client.CustomObjectsApi(admin_api).patch_cluster_custom_object(
         GROUP, VERSION, "kvcachepolicies", "cluster", {"metadata": {"labels": {"churn": "1"}}}
@@ -333,7 +340,8 @@ def test_operator_survived_the_corpus(admin_api: client.ApiClient, run: Run) -> 
             {"metadata": {"annotations": {"corpus/touch": uuid.uuid4().hex}}},
         )
     time.sleep(10)
-    growth = rss(run.pid) - run.rss_before
+    after = rss(run.pid)
+    growth = after - warm
     log = run.new_log()
     failed = [line for line in log.splitlines() if f"reconcile {run.ns}/" in line]
     tracebacks = log.count("Traceback")
@@ -353,12 +361,14 @@ def test_operator_survived_the_corpus(admin_api: client.ApiClient, run: Run) -> 
     print(
         f"operator: crashes 0 (pid {run.pid} alive, healthz OK), tracebacks {tracebacks}, "
         f"failed reconciles of corpus tiers {len(failed)}, RSS "
-        f"{run.rss_before / 2**20:.0f} → {rss(run.pid) / 2**20:.0f} MiB"
+        f"{run.rss_before / 2**20:.0f} → {warm / 2**20:.0f} (warm) → {after / 2**20:.0f} MiB "
+        "(every tier decided again)"
     )
     assert len(run.outcomes) >= 50
     assert tracebacks == 0, log[log.index("Traceback") - 300 :][:3000]
     assert not failed, failed[:5]
-    assert growth <= RSS_GROWTH_MAX, f"RSS grew by {growth / 2**20:.0f} MiB"
+    assert after <= RSS_MAX, f"RSS {after / 2**20:.0f} MiB"
+    assert growth <= RSS_GROWTH_MAX, f"RSS grew by {growth / 2**20:.0f} MiB once warm"
     expected = len(BAD_INPUTS) + len(ADMISSION_EXTRAS) + len(run.tiers)
     expected += sum(1 for c in CONFIG_CASES if c.configmap_rejected)
     assert len(run.outcomes) == expected, "some cases ended in no expected outcome"

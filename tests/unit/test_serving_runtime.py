@@ -352,3 +352,22 @@ def test_the_operator_may_read_the_runtimes_and_nothing_more() -> None:
             "verbs": ["get", "list", "watch"],
         }
     ]
+
+
+def test_sized_says_when_the_vllm_release_was_assumed() -> None:
+    """The release comes from the tier, the image's tag or the runtime's annotation; when
+    none names it, Sized says which default was assumed and how to pin it."""
+    from dataclasses import replace
+
+    from kvtier.api.tier import ValueSource
+    from kvtier.policy.sizing_input import assumed_release
+    from kvtier.settings import Sourced, effective_settings
+    from tests.unit.test_effective import _tier
+
+    eff = effective_settings(_tier(), None)
+    assert "vLLM 0.24 assumed (kvtier's default)" in assumed_release(eff)
+    assert "spec.model.vllmVersion" in assumed_release(eff)
+    policy = replace(eff, vllm_version=Sourced("0.33", ValueSource.POLICY))
+    assert "vLLM 0.33 assumed (the policy's default)" in assumed_release(policy)
+    for known in (ValueSource.TARGET, ValueSource.TIER):
+        assert assumed_release(replace(eff, vllm_version=Sourced("0.33", known))) == ""

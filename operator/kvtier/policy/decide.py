@@ -30,7 +30,12 @@ from kvtier.policy.ready import blocked, hold_back, ready_verdict, refusal
 from kvtier.policy.refusals import SPEC_PATHS, Refusal, beyond_int64, sized_false
 from kvtier.policy.roles import RolePlan, role_input, role_plans
 from kvtier.policy.scheduler import configmap_step, referenced_configmap, scheduler_verdict
-from kvtier.policy.sizing_input import available_disks, sizing_input, with_measured_prefill
+from kvtier.policy.sizing_input import (
+    assumed_release,
+    available_disks,
+    sizing_input,
+    with_measured_prefill,
+)
 from kvtier.policy.status_shape import (
     disk_tier_text,
     measured,
@@ -283,7 +288,7 @@ def _size(
             "Sized",
             f"{sp.sizing.topology}: working set {short_quantity(sp.sizing.working_set_bytes)} "
             f"{fits} the CPU tier {short_quantity(sp.sizing.cpu_bytes_to_use)} "
-            f"({sp.sizing.bytes_per_token} B/token, {where})",
+            f"({sp.sizing.bytes_per_token} B/token, {where}){assumed_release(eff)}",
         ),
         *render_verdicts,
     ]

@@ -155,3 +155,17 @@ def with_measured_prefill(inp: SizingInput, spec: KVCacheTierSpec, facts: Facts)
     if measured is None or inp.prefill_seconds_per_token is not None:
         return inp
     return record.replace(inp, prefill_seconds_per_token=measured)
+
+
+def assumed_release(eff: EffectiveSettings) -> str:
+    """What the Sized message says when the vLLM release was assumed, not known: neither the
+    tier names one nor the target's image (an image whose tag is not vLLM's, a runtime without
+    opendatahub.io/runtime-version); "" when it is known."""
+    version = eff.vllm_version
+    if version.source in (ValueSource.TIER, ValueSource.TARGET):
+        return ""
+    whose = "the policy's default" if version.source is ValueSource.POLICY else "kvtier's default"
+    return (
+        f"; vLLM {version.value} assumed ({whose}): the target's image names no release, pin "
+        "it with spec.model.vllmVersion"
+    )
