@@ -285,3 +285,19 @@ def _decode_role(offload: Any) -> Any:
     )
     assert half.role == DECODE
     return replace(offload, roles=(half,))
+
+
+def test_the_ray_multi_node_runtime_that_drops_the_args_is_refused() -> None:
+    """OpenShift AI's Ray-shaped multi-node runtime: its head's script execs vLLM with its own
+    flags, so KServe's head pod drops the service's args (the oracle runs it): kvtier refuses
+    with FlagNotPassed naming the runtime, instead of a Ready tier whose flag never arrives."""
+    obj = multi_node()
+    local = runtime_fixture("vllm-multinode-runtime")
+    local["metadata"]["namespace"] = NS
+    argv = kserve_pod(obj, [local])["head"]["containers"]["kserve-container"]
+    assert "--max-model-len=8192" not in argv
+    rel = [{**local, "kind": "ServingRuntime"}]
+    with pytest.raises(RenderError) as err:
+        INFERENCE_SERVICE.writes(obj, _decode_role(_offload()), None, rel)
+    assert err.value.reason == "FlagNotPassed"
+    assert "ServingRuntime vllm-multinode-runtime" in err.value.message
