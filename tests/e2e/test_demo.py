@@ -15,6 +15,7 @@ import pytest
 
 from localcluster import LocalCluster
 from tests.e2e.conftest import own_cluster
+from tests.e2e.kube_helpers import eventually
 from tests.e2e.operator_process import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,7 +54,10 @@ def test_demo_ends_with_every_tier_ready(
         demo_cluster.kubectl(
             "delete", "inferenceservice", "-n", demo.NAMESPACE, "llama-3-1-70b", "--wait=true"
         )
-        pending = demo.wait_ready(demo_cluster, timeout=30)
+        # The operator's watch and kubectl race to see the deletion: once the tier says so,
+        # the demo's wait must name it.
+        eventually(lambda: "llama70b" in demo.not_ready(demo_cluster), 30, "llama70b not Ready")
+        pending = demo.wait_ready(demo_cluster, timeout=5)
         assert set(pending) == {"llama70b"}, pending
         assert pending["llama70b"].startswith("TargetNotFound"), pending
     finally:
