@@ -7,11 +7,11 @@ so status.plan always describes exactly what Apply mode writes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from kvtier.api.policy import KVCachePolicySpec
-from kvtier.api.tier import ConditionType, DiskType, KVCacheTierSpec, Mode, TargetRef
+from kvtier.api.tier import ConditionType, DiskType, KVCacheTierSpec, Mode
 from kvtier.policy.apply_step import apply_step
 from kvtier.policy.atomic import atomic_verdict
 from kvtier.policy.benefit import drop_if_not_beneficial, tier_beneficial
@@ -33,6 +33,7 @@ from kvtier.policy.scheduler import configmap_step, referenced_configmap, schedu
 from kvtier.policy.sizing_input import (
     assumed_release,
     available_disks,
+    context_beyond_max_model_len,
     sizing_input,
     with_measured_prefill,
 )
@@ -43,59 +44,17 @@ from kvtier.policy.status_shape import (
     short_quantity,
     status_tiers,
 )
+from kvtier.policy.target_found import not_found, target_facts_or_refusal
 from kvtier.render import RenderError, RenderResult, TierRef
 from kvtier.render.picker_version import picker_layout
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
 from kvtier.render.writes import render_writes
 from kvtier.settings import EffectiveSettings, with_target_vllm_version
-from kvtier.sizing import SizingError, SizingInput, SizingPlan, cpu_tier_cap, plan, record
-from kvtier.targets.base import RelatedObjects
+from kvtier.sizing import SizingError, SizingPlan, cpu_tier_cap, plan, record
 from kvtier.targets.facts import TargetFacts
-from kvtier.targets.registry import api_versions, registered, target_facts
 from kvtier.tiers.base import TierRequest
 from kvtier.tiers.nvme import binding_warning
 from kvtier.tiers.registry import CPU, find_disk_tier, status_name
-
-
-def _target_facts(obj: Mapping[str, Any], related: RelatedObjects) -> TargetFacts | Verdict:
-    """The target's facts, or TargetFound=False for a kind no target module reads (the
-    KVCacheTier CRD admits none: only facts made by hand get here)."""
-    try:
-        return target_facts(obj, related)
-    except RenderError as exc:
-        return Verdict(exc.condition, FALSE, exc.reason, exc.message)
-
-
-def _not_found(ref: TargetRef, ns: str, served: tuple[str, ...] | None) -> Verdict:
-    """TargetFound=False: the version the tier names is not one the cluster serves its kind
-    in (the object may well exist in another), else no such object."""
-    if ref.api_version is not None and served is not None and ref.api_version not in served:
-        where = (
-            f"serves {ref.kind} in {', '.join(served)}"
-            if served
-            else f"serves no {ref.kind} in group {ref.api_version.rpartition('/')[0]} (is its "
-            "CRD installed?)"
-        )
-        return Verdict(
-            ConditionType.TARGET_FOUND.value,
-            FALSE,
-            "TargetVersionNotServed",
-            f"spec.targetRef.apiVersion {ref.api_version}: the cluster does not serve {ref.kind} "
-            f"in that version; it {where}. Set spec.targetRef.apiVersion to a served version "
-            f"kvtier supports ({_supported(ref.kind)}), or leave it out (the first of them the "
-            "cluster serves)",
-        )
-    return Verdict(
-        ConditionType.TARGET_FOUND.value,
-        FALSE,
-        "TargetNotFound",
-        f"spec.targetRef: {ref.kind} {ns}/{ref.name} not found; sizing waits for it",
-    )
-
-
-def _supported(kind: str) -> str:
-    found = registered(kind)
-    return ", ".join(api_versions(found)) if found is not None else "none for this kind"
 
 
 def decide(facts: Facts) -> Decision:
@@ -130,8 +89,8 @@ def decide(facts: Facts) -> Decision:
     ref = spec.target_ref
     ns = meta(tier, "namespace")
     if facts.target is None:
-        verdicts.append(_not_found(ref, ns, facts.target_versions))
-    elif isinstance(found := _target_facts(facts.target, facts.related), Verdict):
+        verdicts.append(not_found(ref, ns, facts.target_versions))
+    elif isinstance(found := target_facts_or_refusal(facts.target, facts.related), Verdict):
         verdicts.append(found)
     else:
         target = users_flags(found, facts.target)
@@ -232,7 +191,7 @@ def _size(
         )
         decode = next((r for r in target.roles if r.role == "decode"), None)
         inp = role_input(base, decode) if decode is not None else base
-        too_long = _context_beyond_max_model_len(inp)
+        too_long = context_beyond_max_model_len(inp)
         if too_long is not None:
             return [too_long]
         sp = plan(inp)
@@ -292,23 +251,6 @@ def _size(
         ),
         *render_verdicts,
     ]
-
-
-def _context_beyond_max_model_len(inp: SizingInput) -> Verdict | None:
-    """An average context the server refuses to hold: vLLM rejects a request longer than its
-    --max-model-len, so sizing for it would claim memory and storage no session ever fills."""
-    limit, tokens = inp.max_model_len, inp.average_context_tokens
-    if limit is None or tokens <= limit:
-        return None
-    return Verdict(
-        ConditionType.SIZED.value,
-        FALSE,
-        "ContextExceedsMaxModelLen",
-        f"spec.workload.averageContextTokens {tokens} exceeds the target's --max-model-len "
-        f"{limit}: vLLM refuses longer requests, so no session holds that many tokens; set "
-        f"spec.workload.averageContextTokens to at most {limit} (the prompt plus output of an "
-        "average session), or raise the target's --max-model-len",
-    )
 
 
 def _render(

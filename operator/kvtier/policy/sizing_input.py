@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvtier.api.common import quantity_bytes
-from kvtier.api.tier import KVCacheTierSpec, ValueSource
+from kvtier.api.tier import ConditionType, KVCacheTierSpec, ValueSource
+from kvtier.policy.conditions import FALSE, Verdict
 from kvtier.policy.contract import Facts
 from kvtier.policy.kv_cache_dtype import kv_cache_dtype_to_size
 from kvtier.policy.observed_health import measured_prefill
@@ -168,4 +169,21 @@ def assumed_release(eff: EffectiveSettings) -> str:
     return (
         f"; vLLM {version.value} assumed ({whose}): the target's image names no release, pin "
         "it with spec.model.vllmVersion"
+    )
+
+
+def context_beyond_max_model_len(inp: SizingInput) -> Verdict | None:
+    """An average context the server refuses to hold: vLLM rejects a request longer than its
+    --max-model-len, so sizing for it would claim memory and storage no session ever fills."""
+    limit, tokens = inp.max_model_len, inp.average_context_tokens
+    if limit is None or tokens <= limit:
+        return None
+    return Verdict(
+        ConditionType.SIZED.value,
+        FALSE,
+        "ContextExceedsMaxModelLen",
+        f"spec.workload.averageContextTokens {tokens} exceeds the target's --max-model-len "
+        f"{limit}: vLLM refuses longer requests, so no session holds that many tokens; set "
+        f"spec.workload.averageContextTokens to at most {limit} (the prompt plus output of an "
+        "average session), or raise the target's --max-model-len",
     )
