@@ -439,7 +439,7 @@ def test_argo_reapplies_do_not_start_a_write_war(
     print(f"argo re-applies: {rounds}, kvtier target writes: {target_writes}")
 
 
-def test_native_fields_survive_argo_without_any_write(
+def test_native_fields_survive_argo_with_at_most_one_restoring_write_per_sync(
     cluster: LocalCluster, admin_api: client.ApiClient, ns: str
 ) -> None:
     user = llm_inference_service("nemotron-ultra", tp=8, model_uri=NEMOTRON)

@@ -1,4 +1,6 @@
-"""A CRD replaced under a running operator is noticed from the API server's own discovery.
+"""A CRD replaced on the API server shows in its own discovery as a new schema hash of the
+CRD's group, which is what the operator's schema watch (SchemaWatch, run here on its own, not
+inside an operator process) compares on each pass.
 
 The operator's restricted identity reads /openapi/v3 (system:discovery, nothing of kvtier's
 RBAC); installing KServe v0.20.0's minimal CRDs over its full ones changes the schema hash of
