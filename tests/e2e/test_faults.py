@@ -739,10 +739,16 @@ def _expected(present: set[str]) -> dict[str, tuple[str, str | None]]:
     """Conditions the tier must show for the objects present: type → (status, reason)."""
     if "target" not in present:
         return {"TargetFound": ("False", "TargetNotFound"), "Ready": ("False", None)}
+    # Without the policy the tier's pool is unknown: that is the blocker Ready names (policy
+    # before sizing, docs/troubleshooting.md), and sizing stops at the pool before the model.
+    if "policy" not in present:
+        return {
+            "PolicyCompliant": ("False", "UnknownNVMePool"),
+            "Sized": ("False", "NVMePoolNotFound"),
+            "Ready": ("False", "UnknownNVMePool"),
+        }
     if "configmap" not in present:
         return {"Sized": ("False", "ConfigMapNotFound"), "Ready": ("False", None)}
-    if "policy" not in present:
-        return {"PolicyCompliant": ("False", "UnknownNVMePool"), "Ready": ("False", None)}
     return {"Ready": ("True", "Applied"), "Provisioned": ("True", "Provisioned")}
 
 
