@@ -264,6 +264,34 @@ def test_one_shm_mount_replaces_the_runtimes() -> None:
     assert volume["emptyDir"]["sizeLimit"] == "260Gi"
 
 
+def test_a_users_mount_of_the_runtimes_shm_volume_is_resized_and_given_back() -> None:
+    """The user mounts /dev/shm from the runtime's volume (devshm lives in the runtime
+    alone): kvtier writes devshm into the predictor with its size, so KServe's merge gives
+    one mount of kvtier's size; the take-back removes that copy again (the user never had
+    one), and a re-render keeps it recorded as inherited."""
+    rt = runtime("kserve-vllmserver", volumes=[SHM_VOLUME])
+    obj = isvc(volumeMounts=[{"name": "devshm", "mountPath": SHM_PATH}])
+    user = copy.deepcopy(obj["spec"])
+    writes = INFERENCE_SERVICE.writes(obj, _offload(), None, [rt])
+    assert not isinstance(writes, Conflict)
+    after = _applied_to(obj, writes)
+    found = select_runtime(after, [rt])
+    assert isinstance(found, Runtime)
+    built = merged_pod(after, found)
+    assert not isinstance(built, NoRuntime)
+    assert [m for m in built.container["volumeMounts"] if m["mountPath"] == SHM_PATH] == [
+        {"name": "devshm", "mountPath": SHM_PATH}
+    ]
+    [volume] = [v for v in built.pod["volumes"] if v["name"] == "devshm"]
+    assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": "260Gi"}
+    assert applied(after)["shm"]["inherited"] is True
+    again = INFERENCE_SERVICE.writes(after, _offload(), None, [rt])
+    assert not isinstance(again, Conflict)
+    assert applied(_applied_to(after, again))["shm"]["inherited"] is True
+    undone = _patched(after, unapply_writes(after))
+    assert undone["spec"] == user
+
+
 def test_a_runtime_script_that_drops_the_args_is_refused_by_name() -> None:
     script = (
         "exec vllm serve /mnt/models --port=8080 --tensor-parallel-size=${TENSOR_PARALLEL_SIZE}"

@@ -294,12 +294,14 @@ class _Shm:
 
 def _shm(
     container: Mapping[str, Any],
-    volumes: Sequence[Mapping[str, Any]],
+    pod: PodTemplate,
     size: int,
     applied: Mapping[str, Any],
 ) -> _Shm | Conflict:
     """/dev/shm must hold the whole CPU tier. A user's memory emptyDir there is resized (its
-    old size recorded); anything else mounted there is a conflict."""
+    old size recorded); anything else mounted there is a conflict. A volume the template only
+    inherits (a KServe runtime's) is added to the template with kvtier's size, and recorded as
+    inherited so that the take-back removes it again rather than leaving a copy behind."""
     mount = by_key(container.get("volumeMounts"), "mountPath", SHM_PATH)
     user_name = mount.get("name")
     if not mount or user_name == DSHM_VOLUME:
@@ -309,7 +311,8 @@ def _shm(
         }
         return _Shm(volume, {"name": DSHM_VOLUME, "mountPath": SHM_PATH}, {})
     user_name = str(user_name)
-    user_volume = by_key(volumes, "name", user_name)
+    own = by_key(pod.volumes, "name", user_name)
+    user_volume = own or by_key(pod.inherited_volumes, "name", user_name)
     empty_dir = user_volume.get("emptyDir")
     if not isinstance(empty_dir, Mapping) or empty_dir.get("medium") != "Memory":
         return Conflict(
@@ -321,7 +324,10 @@ def _shm(
         "name": user_name,
         "emptyDir": {"medium": "Memory", "sizeLimit": to_quantity(size)},
     }
-    return _Shm(volume, None, {"shm": {"volume": user_name, "base": base, "applied": size}})
+    record: dict[str, Any] = {"volume": user_name, "base": base, "applied": size}
+    if get(applied, "shm", "inherited") or not own:
+        record["inherited"] = True
+    return _Shm(volume, None, {"shm": record})
 
 
 # --- kvtier's fields of one pod template --------------------------------------------------------
@@ -366,7 +372,7 @@ def pod_parts(
 
     mounts: list[dict[str, Any]] = []
     if shm_bytes is not None:  # the release keeps the tier in a /dev/shm file
-        shm = _shm(container, [*pod.volumes, *pod.inherited_volumes], shm_bytes, applied_here)
+        shm = _shm(container, pod, shm_bytes, applied_here)
         if isinstance(shm, Conflict):
             return shm
         parts.volumes.append(shm.volume)
@@ -485,8 +491,9 @@ def pod_unapply_ops(
             ops += value_ops(target, where, get(applied, key, "base"), floor=len(path) + 1)
     volumes_path = list(pod.volumes_path)
     shm = get(applied, "shm", "volume")
+    inherited = {str(shm)} if shm is not None and get(applied, "shm", "inherited") else set()
     for i, volume in enumerate(pod.volumes):
-        if shm is not None and volume.get("name") == shm:
+        if shm is not None and volume.get("name") == shm and not inherited:
             where = [*volumes_path, str(i), "emptyDir", "sizeLimit"]
             ops += value_ops(target, where, get(applied, "shm", "base"))
     if pod.args_path is not None and "kvTransferConfig" in applied:
@@ -496,7 +503,7 @@ def pod_unapply_ops(
         ops += value_ops(target, [*path, "lifecycle", "postStart"], None, floor=len(path) + 1)
     ops += item_ops(target, list(pod.init_containers_path), "name", {EVICTOR_CONTAINER})
     # Volumes last: nothing mounts them any more once the ops above went through.
-    ops += item_ops(target, volumes_path, "name", OWN_VOLUMES)
+    ops += item_ops(target, volumes_path, "name", OWN_VOLUMES | inherited)
     return ops
 
 
