@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack" / "localcluster"))
 
 from localcluster import LocalCluster  # noqa: E402
+from tests.module_times import ModuleTimes  # noqa: E402
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -29,6 +30,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # tears the fixtures down, so the control planes and operators they started (each in a
     # session of its own) are stopped instead of left running.
     signal.signal(signal.SIGTERM, _interrupt)
+    config.pluginmanager.register(ModuleTimes(), "kvtier-module-times")
 
 
 def api_client(kubeconfig: Path) -> client.ApiClient:

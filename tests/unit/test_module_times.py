@@ -1,0 +1,36 @@
+"""The end-of-run summary of the slowest modules (tests/module_times.py)."""
+
+from __future__ import annotations
+
+import io
+from typing import Literal
+
+import pytest
+
+from tests.module_times import ModuleTimes
+
+
+def report(
+    nodeid: str, when: Literal["setup", "call", "teardown"], duration: float
+) -> pytest.TestReport:
+    return pytest.TestReport(nodeid, ("f", 1, "t"), {}, "passed", None, when, [], duration)
+
+
+def test_modules_are_ranked_by_all_phases_of_their_tests(pytestconfig: pytest.Config) -> None:
+    times = ModuleTimes()
+    phases: list[tuple[str, Literal["setup", "call", "teardown"], float]] = [
+        ("tests/e2e/test_slow.py::test_a", "setup", 40.0),  # a cluster starting
+        ("tests/e2e/test_slow.py::test_a", "call", 5.0),
+        ("tests/e2e/test_slow.py::test_b", "call", 5.0),
+        ("tests/unit/test_fast.py::test_c", "call", 0.5),
+        ("tests/unit/test_fast.py::test_c", "teardown", 0.5),
+    ]
+    for nodeid, when, duration in phases:
+        times.pytest_runtest_logreport(report(nodeid, when, duration))
+    out = io.StringIO()
+    terminal = pytest.TerminalReporter(pytestconfig, out)
+    times.pytest_terminal_summary(terminal)
+    lines = [line for line in out.getvalue().splitlines() if " s " in line]
+    assert lines[0].split() == ["50.0", "s", "98.0", "%", "2", "tests", "tests/e2e/test_slow.py"]
+    assert lines[1].split()[:2] == ["1.0", "s"] and lines[1].endswith("tests/unit/test_fast.py")
+    assert lines[2].split() == ["51.0", "s", "in", "all"]
