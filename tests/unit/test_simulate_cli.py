@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,6 +71,20 @@ def test_no_disk_runs_two_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
         (["--plot", "chart.gif"], "--plot"),
         (["--params", "3e12"], "--params"),
         (["--weight-bytes", "0"], "--weight-bytes"),
+        (["--output-tokens", "0"], "--output-tokens: must be a whole number above zero, got 0"),
+        (["--output-tokens", "lots"], "--output-tokens: 'lots' is not a token count"),
+        (["--system-prompt", "-5"], "--system-prompt: must be a whole number, zero or more"),
+        (["--think", "-1"], "--think: must be zero or more, got -1"),
+        (["--warmup", "-1"], "--warmup: must be zero or more, got -1"),
+        (["--warmup", "900"], "--warmup: must be zero or more and below the duration"),
+        (["--cpu", "-1Gi"], "--cpu: must be greater than zero, got -1Gi"),
+        (["--cpu", "lots"], "--cpu: 'lots' is not a size such as 64Gi, 64GiB or 100GB"),
+        (["--disk", "none", "--tier-bandwidth", "0"], "--tier-bandwidth: sets the disk tier"),
+        (["--disk", "none", "--tier-p99", "0.01"], "--tier-p99: sets the disk tier"),
+        (["--tier-bandwidth", "0"], "--tier-bandwidth: must be greater than zero"),
+        (["--context", "200000"], "--context: sessions grow to 1.4 × the average"),
+        (["--duration", "1e12"], "--duration: must be at most 604,800 s (a week)"),
+        (["--timeout", "0"], "--timeout: must be above zero"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_flag(
@@ -79,6 +94,101 @@ def test_bad_input_is_one_line_naming_the_flag(
     err = capsys.readouterr().err
     assert message in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    assert main(["simulate", *SHORT, *argv, "-o", "json"]) == 0
+    doc: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return doc
+
+
+def test_zero_is_accepted_where_the_model_accepts_it(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = _json(capsys, "--warmup", "0", "--system-prompt", "0", "--think", "0")
+    assert doc["warmupSeconds"] == 0
+    assert doc["workload"]["systemPromptTokens"] == 0
+    assert doc["workload"]["thinkSeconds"] == 0
+    assert doc["scenarios"][0]["requests"] > 0
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("100GB", 100 * 10**9),
+        ("64GiB", 64 * 2**30),
+        ("64Gi", 64 * 2**30),
+        ("64.5Gi", round(64.5 * 2**30)),
+        ("128G", 128 * 10**9),
+    ],
+)
+def test_sizes_take_the_units_people_type(
+    text: str, expected: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    derived = _json(capsys, "--cpu", text)["derived"]
+    block = derived["blockBytes"]
+    # The CPU tier is the given size in whole offload blocks.
+    assert expected - block < derived["cpuBytesToUse"] <= expected
+
+
+def test_plan_takes_a_fractional_binary_weight_size(capsys: pytest.CaptureFixture[str]) -> None:
+    # What vLLM logs for gpt-oss-120b's weights: "Model loading took 64.38 GiB".
+    argv = ["plan", "--model", "gpt-oss-120b", "--context", "16k", "--sessions", "64"]
+    assert main([*argv, "--weights", "64.38Gi", "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)
+
+
+def test_a_run_without_completions_after_the_warmup_warns(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["simulate", "--duration", "30", "--warmup", "20"]) == 0
+    captured = capsys.readouterr()
+    assert "warning: simulate: no request completed in the 10 s after the warm-up" in (captured.err)
+    assert "--duration" in captured.err
+    assert "recomp" in captured.out  # the table still prints, after the warning
+
+
+def test_the_table_has_requests_per_second(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", *SHORT]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if "req/s" in line)
+    assert header.split()[:3] == ["tiers", "req/s", "tok/s"]
+    none = next(line for line in out.splitlines() if line.split()[:1] == ["none"])
+    assert float(none.split()[1]) > 0
+
+
+def test_a_plot_into_a_missing_directory_is_refused_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import kvtier.simulate
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(kvtier.simulate, "simulate", never)
+    missing = tmp_path / "no" / "such" / "sim.png"
+    assert main(["simulate", *SHORT, "--plot", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert "--plot:" in err and "is not a directory" in err
+
+
+def test_a_run_past_its_wall_time_bound_stops_with_an_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["simulate", "--timeout", "1e-9"]) == 1
+    err = capsys.readouterr().err
+    assert "--timeout: stopped after 1e-09 s of wall time" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_progress_bound_stops_inside_the_engine() -> None:
+    # The engine reports progress along the run, not only at its end.
+    from kvtier.simulate import simulate, study_config
+
+    seen: list[float] = []
+    simulate(
+        study_config(duration_seconds=100.0, warmup_seconds=0.0, scenarios=("none",)),
+        progress=lambda scenario, now: seen.append(now),
+    )
+    assert len(seen) == 100 and seen[0] == 1.0 and seen[-1] == 100.0
 
 
 def test_help_does_not_import_the_simulator() -> None:

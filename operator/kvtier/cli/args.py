@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 
 from kvtier.cli.base import USAGE_ERROR, CliError
 
@@ -74,6 +75,72 @@ def fraction(text: str) -> float:
     if not (math.isfinite(value) and 0 < value <= 1):
         raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1] such as 0.85, got {text}")
     return value
+
+
+# A size or count as people type it: 64Gi, 64GiB, 100GB, 64.38Gi, 1.5T, 50k, 4096.
+_SCALED = re.compile(
+    r"^(?P<num>[-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<unit>[kKMGTPE]i?)?B?$"
+)
+_EXPONENTS = {"k": 1, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
+
+
+def size_bytes(text: str | int, flag: str) -> int:
+    """Whole bytes from 64Gi, 64GiB, 100GB, 64.38Gi or plain bytes (a fraction rounds).
+
+    Kubernetes suffixes (Gi, G) and the storage spellings (GiB, GB) mean the same; raises the
+    sizing engine's SizingError naming `flag`, as kvtier.sizing.parse_size does.
+    """
+    from kvtier.sizing.errors import SizingError
+
+    value = _scaled(str(text))
+    if value is None:
+        raise SizingError(flag, f"{text!r} is not a size such as 64Gi, 64GiB or 100GB")
+    if round(value) <= 0:
+        raise SizingError(flag, f"must be greater than zero, got {text}")
+    return round(value)
+
+
+def count(text: str, flag: str, *, zero: bool = False) -> int:
+    """A whole count (tokens) such as 50000, 50k or 128Ki; zero too with `zero`."""
+    from kvtier.sizing.errors import SizingError
+
+    value = _scaled(text)
+    if value is None:
+        raise SizingError(flag, f"{text!r} is not a token count such as 50000 or 128Ki")
+    if value != int(value) or value < 0 or (value == 0 and not zero):
+        rule = "a whole number, zero or more" if zero else "a whole number above zero"
+        raise SizingError(flag, f"must be {rule}, got {text}")
+    return int(value)
+
+
+def number(text: str, flag: str, *, zero: bool = False) -> float:
+    """A finite number above zero (or zero too, with `zero`); SizingError naming `flag`."""
+    from kvtier.sizing.errors import SizingError
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise SizingError(flag, f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        raise SizingError(flag, f"must be {'zero or more' if zero else 'above zero'}, got {text}")
+    return value
+
+
+def _scaled(text: str) -> float | None:
+    """The number `text` spells with its unit applied, or None if it is not one."""
+    match = _SCALED.match(text.strip())
+    if match is None or (match["unit"] or "").startswith("ki"):
+        return None
+    unit = match["unit"] or ""
+    base = 1024 if unit.endswith("i") else 1000
+    value = float(match["num"]) * base ** _EXPONENTS.get(unit[:1], 0)
+    return value if math.isfinite(value) else None
+
+
+def accept_negative_values(parser: argparse.ArgumentParser) -> None:
+    """Let a value such as `-1Gi` reach the flag's own check instead of argparse's "expected
+    one argument": anything that starts like a number is a value (Python 3.13's rule)."""
+    parser._negative_number_matcher = re.compile(r"^-\.?[0-9]")
 
 
 def sizing_error(

@@ -7,7 +7,7 @@ import contextlib
 import json
 import sys
 
-from kvtier.cli.args import sizing_error
+from kvtier.cli.args import size_bytes, sizing_error
 from kvtier.cli.base import CliError
 from kvtier.cli.commands import summary
 from kvtier.sizing import (
@@ -25,7 +25,6 @@ from kvtier.sizing import (
     parse_count,
     parse_geometry,
     parse_seconds,
-    parse_size,
     plan,
     resolve_geometry,
     resolve_kv_dtype,
@@ -257,13 +256,13 @@ def sizing_input(args: argparse.Namespace) -> SizingInput:
         ),
     }
     if args.cpu.strip().lower() != "auto":
-        kwargs["cpu_bytes"] = parse_size(args.cpu, "--cpu")
+        kwargs["cpu_bytes"] = size_bytes(args.cpu, "--cpu")
     optional: dict[str, tuple[str, Any]] = {
-        "node_memory_bytes": ("--node-memory", parse_size),
-        "headroom_bytes": ("--headroom", parse_size),
-        "gpu_kv_cache_bytes": ("--gpu-kv-cache", parse_size),
-        "gpu_memory_bytes": ("--gpu-memory", parse_size),
-        "model_weights_bytes": ("--weights", parse_size),
+        "node_memory_bytes": ("--node-memory", size_bytes),
+        "headroom_bytes": ("--headroom", size_bytes),
+        "gpu_kv_cache_bytes": ("--gpu-kv-cache", size_bytes),
+        "gpu_memory_bytes": ("--gpu-memory", size_bytes),
+        "model_weights_bytes": ("--weights", size_bytes),
         "baseline_ttft_seconds": ("--ttft", parse_seconds),
         "prefill_seconds_per_token": ("--prefill-time", parse_seconds),
     }

@@ -12,7 +12,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from kvtier.cli.args import positive_number, sizing_error
+from kvtier.cli.args import accept_negative_values, count, number, size_bytes, sizing_error
 from kvtier.cli.base import CliError
 from kvtier.cli.commands import summary
 
@@ -107,29 +107,42 @@ def register(subparsers: Subparsers) -> None:
     r.add_argument("--duration", metavar="SECONDS", help="simulated time (default 3600)")
     r.add_argument("--warmup", metavar="SECONDS", help="not measured (default 600)")
     r.add_argument("--seed", type=int, help="workload seed (default 1)")
+    r.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        default="600",
+        help="stop with an error after this much wall time (default 600)",
+    )
     p.add_argument("-o", "--output", choices=OUTPUTS, default="table")
     p.add_argument("--plot", metavar="FILE", help="throughput, TTFT and hits chart (.png/.svg)")
+    accept_negative_values(p)  # `--cpu -1Gi` reaches --cpu's check
     p.set_defaults(handler=run_simulate)
 
 
 def run_simulate(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
     from kvtier.simulate import simulate
     from kvtier.sizing import SizingError
 
     if args.plot:
-        from kvtier.cli.plot import check_path
-
-        check_path(args.plot)  # before the run, not after it
+        _check_plot(args.plot)  # before the run, not after it
+    err = Console(file=sys.stderr)
     try:
-        result = simulate(sim_config(args))
+        config = sim_config(args)
+        timeout = number(args.timeout, "--timeout")
+        with _Progress(err, config.duration_seconds, len(config.scenarios), timeout) as progress:
+            result = simulate(config, progress=progress.advance)
     except SizingError as exc:
         raise sizing_error(exc, _FLAGS, "simulate") from None
+    for warning in warnings(result):
+        err.print(
+            f"kvtier: warning: simulate: {warning}", style="yellow", highlight=False, soft_wrap=True
+        )
     if args.output == "json":
         json.dump(result.as_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        from rich.console import Console
-
         render(result, Console(file=sys.stdout))
     if args.plot:
         from kvtier.cli.plot import draw_simulation, write_plot
@@ -138,17 +151,80 @@ def run_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_plot(path: str) -> None:
+    from pathlib import Path
+
+    from kvtier.cli.plot import check_path
+
+    check_path(path)
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise CliError(f"simulate: --plot: {str(folder)!r} is not a directory")
+
+
+class _Progress:
+    """A rich progress bar over simulated time (on a terminal only) and the wall-time bound."""
+
+    def __init__(self, console: Console, duration: float, scenarios: int, timeout: float) -> None:
+        import time
+
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._clock = time.monotonic
+        self._deadline = self._clock() + timeout
+        self._timeout = timeout
+        self._duration = duration
+        self._bar = Progress(
+            TextColumn("simulating {task.description}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            disable=not console.is_terminal,
+        )
+        self._task = self._bar.add_task("", total=duration * scenarios)
+        self._done: dict[str, float] = {}
+
+    def __enter__(self) -> _Progress:
+        self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.stop()
+
+    def advance(self, scenario: str, now: float) -> None:
+        """Called by the engine as simulated time passes; stops a run past the bound."""
+        self._done[scenario] = now
+        self._bar.update(self._task, completed=sum(self._done.values()), description=scenario)
+        if self._clock() > self._deadline:
+            raise CliError(
+                f"simulate: --timeout: stopped after {self._timeout:g} s of wall time at "
+                f"{now:,.0f} of {self._duration:,.0f} simulated seconds ({scenario}); "
+                "shorten --duration or raise --timeout",
+                exit_code=1,
+            )
+
+
+def warnings(result: Simulation) -> list[str]:
+    """What makes a result meaningless or fragile, said before the numbers."""
+    out = []
+    window = result.config.duration_seconds - result.config.warmup_seconds
+    empty = [r.scenario for r in result.results if r.requests == 0]
+    if empty:
+        out.append(
+            f"no request completed in the {window:g} s after the warm-up ({', '.join(empty)}): "
+            "those figures are empty; lengthen --duration or shorten --warmup"
+        )
+    return out
+
+
 def sim_config(args: argparse.Namespace) -> SimConfig:
-    """The study's setup with every flag the user gave applied on top."""
+    """The study's setup with every flag the user gave applied on top.
+
+    Every value is checked here, before the run, and an error names the flag that gave it.
+    """
     from kvtier.simulate import STUDY_CEPHFS, STUDY_NVME, DiskTier, study_config
-    from kvtier.sizing import (
-        find_model,
-        normalize_disk_type,
-        parse_bandwidth,
-        parse_count,
-        parse_seconds,
-        parse_size,
-    )
+    from kvtier.sizing import find_model, normalize_disk_type, parse_bandwidth, parse_seconds
 
     config = study_config()
     changes: dict[str, Any] = {}
@@ -158,32 +234,33 @@ def sim_config(args: argparse.Namespace) -> SimConfig:
         changes["model"] = args.model
         changes["query_heads"] = None
         changes["cpu_bytes"] = None  # the study's CPU tier is Nemotron's: size this one
-    if args.params:
-        changes["parameters"] = _number(args.params, "--params")
-    if args.weight_bytes:
-        changes["weight_bytes"] = _number(args.weight_bytes, "--weight-bytes")
+    for flag, name in (
+        ("params", "parameters"),
+        ("weight_bytes", "weight_bytes"),
+        ("prefill_rate", "prefill_tokens_per_second"),
+        ("decode_rate", "decode_tokens_per_second"),
+        ("duration", "duration_seconds"),
+    ):
+        if getattr(args, flag) is not None:
+            changes[name] = number(getattr(args, flag), _flag(flag))
+    if args.warmup is not None:
+        changes["warmup_seconds"] = number(args.warmup, "--warmup", zero=True)
     for flag, name in (("query_heads", "query_heads"), ("tp", "tensor_parallel_size")):
         if getattr(args, flag) is not None:
             changes[name] = getattr(args, flag)
     if args.kv_dtype:
         changes["kv_cache_dtype"] = args.kv_dtype
-    if args.prefill_rate:
-        changes["prefill_tokens_per_second"] = _number(args.prefill_rate, "--prefill-rate")
-    if args.decode_rate:
-        changes["decode_tokens_per_second"] = _number(args.decode_rate, "--decode-rate")
     if args.replicas is not None:
         changes["replicas"] = args.replicas
     if args.routing:
         changes["routing"] = args.routing
     if args.restore_policy:
         changes["restore_policy"] = args.restore_policy
-    if args.cpu:
-        changes["cpu_bytes"] = None if args.cpu == "auto" else parse_size(args.cpu, "cpu.size")
-    if args.node_memory:
-        changes["node_memory_bytes"] = parse_size(args.node_memory, "nodeMemoryBytes")
-    for flag, name in (("duration", "duration_seconds"), ("warmup", "warmup_seconds")):
-        if getattr(args, flag):
-            changes[name] = _number(getattr(args, flag), f"--{flag}")
+    if args.cpu is not None:
+        auto = args.cpu.strip().lower() == "auto"
+        changes["cpu_bytes"] = None if auto else size_bytes(args.cpu, "--cpu")
+    if args.node_memory is not None:
+        changes["node_memory_bytes"] = size_bytes(args.node_memory, "--node-memory")
     if args.seed is not None:
         changes["seed"] = args.seed
 
@@ -192,49 +269,51 @@ def sim_config(args: argparse.Namespace) -> SimConfig:
         if args.disk.strip().lower() == "none":
             disk = None
             changes["scenarios"] = ("none", "cpu")
+            given = [f for f in ("tier_p99", "tier_bandwidth", "disk_size") if getattr(args, f)]
+            if given:
+                raise CliError(
+                    f"simulate: {_flag(given[0])}: sets the disk tier, but --disk is none"
+                )
         else:
-            kind = normalize_disk_type(args.disk, "disk")
+            kind = normalize_disk_type(args.disk, "--disk")
             disk = STUDY_CEPHFS if kind == "CephFS" else dataclasses.replace(STUDY_NVME, kind=kind)
     if disk is not None:
-        if args.tier_p99:
-            disk = dataclasses.replace(
-                disk, p99_seconds=parse_seconds(args.tier_p99, "tierP99Seconds")
-            )
-        if args.tier_bandwidth:
+        if args.tier_p99 is not None:
+            disk = dataclasses.replace(disk, p99_seconds=parse_seconds(args.tier_p99, "--tier-p99"))
+        if args.tier_bandwidth is not None:
             disk = dataclasses.replace(
                 disk,
-                bandwidth_bytes_per_second=parse_bandwidth(args.tier_bandwidth, "tierBandwidth"),
+                bandwidth_bytes_per_second=parse_bandwidth(args.tier_bandwidth, "--tier-bandwidth"),
             )
-        if args.disk_size:
-            disk = dataclasses.replace(disk, capacity_bytes=parse_size(args.disk_size, "disk"))
+        if args.disk_size is not None:
+            disk = dataclasses.replace(
+                disk, capacity_bytes=size_bytes(args.disk_size, "--disk-size")
+            )
     changes["disk"] = disk
 
     workload: dict[str, Any] = {}
     if args.sessions is not None:
         workload["sessions"] = args.sessions
-    for flag, name in (
-        ("context", "average_context_tokens"),
-        ("output_tokens", "output_tokens"),
-        ("tool_tokens", "tool_tokens"),
-        ("system_prompt", "system_prompt_tokens"),
+    for flag, name, zero in (
+        ("context", "average_context_tokens", False),
+        ("output_tokens", "output_tokens", False),
+        ("tool_tokens", "tool_tokens", True),
+        ("system_prompt", "system_prompt_tokens", True),
     ):
-        if getattr(args, flag):
-            workload[name] = parse_count(getattr(args, flag), name)
-    if args.context and not args.system_prompt:
+        if getattr(args, flag) is not None:
+            workload[name] = count(getattr(args, flag), _flag(flag), zero=zero)
+    if args.context is not None and args.system_prompt is None:
         # Keep the shared prompt a minor part of shorter contexts than the study's.
         start = dataclasses.replace(config.workload, **workload).start_tokens
         workload["system_prompt_tokens"] = min(config.workload.system_prompt_tokens, start // 2)
-    if args.think:
-        workload["think_seconds"] = _number(args.think, "--think", zero=True)
+    if args.think is not None:
+        workload["think_seconds"] = number(args.think, "--think", zero=True)
     changes["workload"] = dataclasses.replace(config.workload, **workload)
     return dataclasses.replace(config, **changes)
 
 
-def _number(text: str, flag: str, zero: bool = False) -> float:
-    try:
-        return positive_number(text, zero=zero)
-    except argparse.ArgumentTypeError as exc:
-        raise CliError(f"simulate: {flag}: {exc}") from None
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
 
 
 def render(result: Simulation, console: Console) -> None:
@@ -260,19 +339,22 @@ def render(result: Simulation, console: Console) -> None:
         ),
     ]
     for line in lines:
-        console.print(line)
+        console.print(line, soft_wrap=True)
     table = Table(
         box=box.SIMPLE,
-        title="output tokens/s, × tiers off, TTFT (s), prompt tokens by source",
+        padding=(0, 0, 0, 1),
+        pad_edge=False,
+        title="× tiers off (output tokens/s), TTFT (s), prompt tokens by source",
         title_justify="left",
     )
     table.add_column("tiers", no_wrap=True)
-    for header in ("tok/s", "×", "TTFT", "p50", "p99", "GPU", "CPU", "disk", "recomp"):
+    for header in ("req/s", "tok/s", "×", "TTFT", "p50", "p99", "GPU", "CPU", "disk", "recomp"):
         table.add_column(header, justify="right", no_wrap=True)
     for r in result.results:
         h = r.hit_ratios
         table.add_row(
             r.scenario,
+            f"{r.requests_per_second:,.3f}",
             f"{r.output_tokens_per_second:,.1f}",
             f"{r.throughput_ratio:.2f}",
             f"{r.ttft_mean:,.1f}",

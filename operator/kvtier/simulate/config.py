@@ -17,6 +17,7 @@ from kvtier.sizing.disk_types import SHARED_DISK_TYPES
 GiB = 1 << 30
 TiB = 1 << 40
 SCENARIOS = ("none", "cpu", "cpu+disk")
+MAX_DURATION_SECONDS = 7 * 24 * 3600.0  # far past any steady state; bounds a mistyped run
 ROUTINGS = ("random", "sticky")
 # always: every hit is restored, as vLLM does; faster: a disk restore that the tier's queue
 # would make slower than recomputing the part is skipped (a load-aware what-if).
@@ -91,7 +92,8 @@ class Workload:
         _positive("sessions", self.sessions)
         _positive("averageContextTokens", self.average_context_tokens)
         _positive("outputTokens", self.output_tokens)
-        _positive("toolTokens", self.tool_tokens)
+        if self.tool_tokens < 0:
+            raise SizingError("toolTokens", f"must be zero or more, got {self.tool_tokens}")
         if not 0 <= self.context_spread < 1:
             raise SizingError("contextSpread", f"must be in [0, 1), got {self.context_spread}")
         if not 0 <= self.system_prompt_tokens < self.start_tokens:
@@ -147,6 +149,12 @@ class SimConfig:
         _positive("replicas", self.replicas)
         _positive("maxBatchedTokens", self.max_batched_tokens)
         _positive("durationSeconds", self.duration_seconds)
+        if self.duration_seconds > MAX_DURATION_SECONDS:
+            raise SizingError(
+                "durationSeconds",
+                f"must be at most {MAX_DURATION_SECONDS:,.0f} s (a week) of simulated time, "
+                f"got {self.duration_seconds:g}",
+            )
         if self.query_heads is not None:
             _positive("queryHeads", self.query_heads)
         for name, rate in (

@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,8 @@ from kvtier.simulate.setup import Derived
 from kvtier.sizing.tiers import bandwidth_restore_seconds
 
 Process = Generator[simpy.Event, Any, None]
+Progress = Callable[[str, float], None]
+PROGRESS_STEPS = 100
 
 
 @dataclass(slots=True)
@@ -235,8 +237,14 @@ class Replica:
         request.done.succeed()
 
 
-def run_scenario(config: SimConfig, derived: Derived, scenario: str) -> Stats:
-    """Simulate `config.duration_seconds` of the workload with the scenario's tiers."""
+def run_scenario(
+    config: SimConfig, derived: Derived, scenario: str, progress: Progress | None = None
+) -> Stats:
+    """Simulate `config.duration_seconds` of the workload with the scenario's tiers.
+
+    `progress(scenario, simulated seconds)` is called a hundred times along the way (it may
+    raise to stop the run).
+    """
     env = simpy.Environment()
     stats = Stats(config.warmup_seconds)
     cpu = scenario != "none"
@@ -258,7 +266,10 @@ def run_scenario(config: SimConfig, derived: Derived, scenario: str) -> Stats:
     ]
     for slot in range(config.workload.sessions):
         env.process(_sessions(env, config, replicas, slot))
-    env.run(until=config.duration_seconds)
+    for step in range(1, PROGRESS_STEPS + 1):
+        env.run(until=config.duration_seconds * step / PROGRESS_STEPS)
+        if progress is not None:
+            progress(scenario, env.now)
     return stats
 
 
@@ -279,7 +290,7 @@ def _sessions(
         home = rng.randrange(len(replicas))
         while context <= w.end_tokens:
             output = max(1, round(rng.expovariate(1 / w.output_tokens)))
-            tool = max(1, round(rng.expovariate(1 / w.tool_tokens)))
+            tool = round(rng.expovariate(1 / w.tool_tokens)) if w.tool_tokens else 0
             think = rng.expovariate(1 / w.think_seconds) if w.think_seconds else 0.0
             pick = rng.randrange(len(replicas))
             replica = replicas[home if config.routing == "sticky" else pick]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvtier.simulate.config import SimConfig
-from kvtier.simulate.engine import Stats, run_scenario
+from kvtier.simulate.engine import Progress, Stats, run_scenario
 from kvtier.simulate.setup import Derived, derive
 
 TIERS = ("gpu", "cpu", "disk", "recompute")
@@ -85,12 +85,12 @@ class Simulation:
         }
 
 
-def simulate(config: SimConfig) -> Simulation:
+def simulate(config: SimConfig, progress: Progress | None = None) -> Simulation:
     """All of config.scenarios on the same seeded workload; ratios against the first."""
     derived = derive(config)
     window = config.duration_seconds - config.warmup_seconds
     summaries = [
-        _summary(s, run_scenario(config, derived, s), config.duration_seconds, window)
+        _summary(s, run_scenario(config, derived, s, progress), config.duration_seconds, window)
         for s in config.scenarios
     ]
     base = summaries[0]
@@ -113,6 +113,7 @@ def _summary(scenario: str, stats: Stats, end: float, window: float) -> dict[str
     prompt = sum(r.prompt for r in done) or 1
     hits = [sum(r.hits[i] for r in done) for i in range(3)]
     ratios = [h / prompt for h in hits]
+    recomputed = 1 - sum(ratios) if done else 0.0  # nothing done: nothing recomputed either
     return {
         "scenario": scenario,
         "requests": len(done),
@@ -122,8 +123,7 @@ def _summary(scenario: str, stats: Stats, end: float, window: float) -> dict[str
         "ttft_p50": round(_quantile(ttfts, 0.5), 3),
         "ttft_p99": round(_quantile(ttfts, 0.99), 3),
         "hit_ratios": {
-            name: round(value, 4)
-            for name, value in zip(TIERS, [*ratios, 1 - sum(ratios)], strict=True)
+            name: round(value, 4) for name, value in zip(TIERS, [*ratios, recomputed], strict=True)
         },
     }
 

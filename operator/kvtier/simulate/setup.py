@@ -47,10 +47,18 @@ class Derived:
 def derive(config: SimConfig) -> Derived:
     config.validate()
     geometry = resolve_geometry(config.model)
+    w = config.workload
+    longest = w.end_tokens + w.output_tokens
+    if geometry.max_position_embeddings and longest > geometry.max_position_embeddings:
+        raise SizingError(
+            "averageContextTokens",
+            f"sessions grow to {1 + w.context_spread:g} × the average, {longest:,} tokens with "
+            f"the output, above {config.model}'s maximum of "
+            f"{geometry.max_position_embeddings:,} (max_position_embeddings)",
+        )
     gpus = config.tensor_parallel_size
     gpu = config.gpu
     weights = round(config.parameters * config.weight_bytes)
-    w = config.workload
     sizing = plan(
         SizingInput(
             geometry=geometry,
