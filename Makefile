@@ -3,80 +3,94 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 export GOTOOLCHAIN := local
+# The builds a command needs are independent: they run side by side (one downloads or links
+# while another compiles), each target's output kept together.
+MAKEFLAGS += --jobs=$(or $(KVTIER_JOBS),3) --output-sync=target
+# Each phase's wall and CPU time, when KVTIER_PHASE_LOG names a file (bench/first_hour.py).
+PHASE  := hack/phase
 
-.PHONY: all venv deps cluster-bin validators prometheus upstream-crds kserve lws lint generate check-generated render-manifests \
+.PHONY: all venv deps cluster-bin cluster-bin-demo validators prometheus upstream-crds kserve lws rook lint generate check-generated render-manifests \
 	check-manifests unit e2e test demo bench clean
 
 all: test
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,plot]'
+	$(PHASE) venv -- $(PYTHON) -m venv $(VENV)
+	$(PHASE) venv-pip -- $(BIN)/pip install -q --upgrade pip
+	$(PHASE) venv-install -- $(BIN)/pip install -q -e '.[dev,plot]'
 	touch $@
 
 # System packages the tests run for real (fio for the storage probe).
 deps:
-	hack/install-system-deps
+	$(PHASE) deps -- hack/install-system-deps
 
-cluster-bin:
-	hack/localcluster/build >/dev/null
+# The demo's control plane, then helm (only the chart's rendering and tests use it).
+cluster-bin-demo:
+	KVTIER_BUILD_HELM=0 $(PHASE) cluster-bin-demo -- hack/localcluster/build >/dev/null
+
+cluster-bin: cluster-bin-demo
+	$(PHASE) cluster-bin -- hack/localcluster/build >/dev/null
 
 # The OLM ecosystem's validators (operator-sdk, its static scorecard tests, opm) from their
 # Go modules at pinned versions, into the same cache; tests/e2e/test_packaging.py runs them.
 validators:
-	hack/validators/build >/dev/null
+	$(PHASE) validators -- hack/validators/build >/dev/null
 
 # Prometheus from its Go module at a pinned version (scraper, TSDB and HTTP API; no web UI),
 # into the same cache; tests/e2e/test_observed_health.py scrapes vLLM-format metrics with it.
 prometheus:
-	hack/prometheus/build >/dev/null
+	$(PHASE) prometheus -- hack/prometheus/build >/dev/null
 
 # KServe's oracles and managers (LLMInferenceService and InferenceService) from its Go module
 # at a pinned version, into the same cache, in one `go build`; the KServe tests run them.
 kserve:
-	hack/oracles/kserve/build --all >/dev/null
+	$(PHASE) kserve -- hack/oracles/kserve/build --all >/dev/null
+
+# Rook's own pool validation, built against its Go module at a pinned version, into the same
+# cache; tests/e2e/test_rook_pools.py runs it.
+rook:
+	$(PHASE) rook -- hack/oracles/rook/build >/dev/null
 
 # LeaderWorkerSet's own controller manager from its Go module at a pinned version, into the
 # same cache; tests/e2e/test_target_lws.py runs it and reads the StatefulSets and pods it builds.
 lws:
-	hack/lws/build >/dev/null
+	$(PHASE) lws -- hack/lws/build >/dev/null
 
 # KServe's and Rook's own CRDs from their Go modules, into the same cache (no stand-ins).
 upstream-crds:
-	hack/localcluster/upstream-crds >/dev/null
+	$(PHASE) upstream-crds -- hack/localcluster/upstream-crds >/dev/null
 
 lint: venv
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	$(BIN)/mypy
+	$(PHASE) ruff -- $(BIN)/ruff check .
+	$(PHASE) ruff-format -- $(BIN)/ruff format --check .
+	$(PHASE) mypy -- $(BIN)/mypy
 
 generate: venv cluster-bin
 	$(BIN)/python -m kvtier.generate --write
 	$(BIN)/python hack/render-manifests
 
 check-generated: venv
-	$(BIN)/python -m kvtier.generate --check
+	$(PHASE) check-generated -- $(BIN)/python -m kvtier.generate --check
 
 # The chart is the one source of deploy/manifests, bundle/ and the Argo CD patch.
 render-manifests: venv cluster-bin
 	$(BIN)/python hack/render-manifests
 
 check-manifests: venv cluster-bin
-	$(BIN)/python hack/render-manifests --check
+	$(PHASE) check-manifests -- $(BIN)/python hack/render-manifests --check
 
 unit: venv
 	$(BIN)/pytest -m "not e2e"
 
-e2e: venv cluster-bin validators prometheus upstream-crds kserve lws
+e2e: venv cluster-bin validators prometheus upstream-crds kserve lws rook
 	$(BIN)/pytest -m e2e
 
-test: venv deps cluster-bin validators prometheus upstream-crds kserve lws lint check-generated check-manifests
-	$(BIN)/pytest
+test: venv deps cluster-bin validators prometheus upstream-crds kserve lws rook lint check-generated check-manifests
+	$(PHASE) pytest -- $(BIN)/pytest
 
-demo: venv deps cluster-bin upstream-crds
-	hack/demo
+demo: venv deps cluster-bin-demo upstream-crds
+	$(PHASE) demo -- hack/demo
 
 # vLLM's own config, KV-cache-spec and offloading classes, per pinned vLLM release (virtualenvs
 # in the cache, ~9 GiB each), against the golden files `make test` pins kvtier to: regenerates

@@ -1,10 +1,13 @@
 """A pytest plugin that prints the slowest test modules at the end of a run: each module's
 wall time is the sum of its tests' setup, call and teardown phases (a session fixture's
 start is counted in the first module that asks for it), so the summary shows where the
-suite's time goes without a separate profiling run."""
+suite's time goes without a separate profiling run. With KVTIER_PHASE_LOG set (hack/phase,
+bench/first_hour.py), every module's time is appended there as a JSON line too."""
 
 from __future__ import annotations
 
+import json
+import os
 from collections import defaultdict
 
 import pytest
@@ -35,3 +38,8 @@ class ModuleTimes:
                 f"{seconds:8.1f} s {share:5.1f} % {self.tests[module]:5d} tests  {module}"
             )
         terminalreporter.write_line(f"{total:8.1f} s in all")
+        if log := os.environ.get("KVTIER_PHASE_LOG"):
+            with open(log, "a", encoding="utf-8") as out:
+                for module, seconds in self.seconds.items():
+                    line = {"phase": f"pytest {module}", "wall": round(seconds, 1)}
+                    out.write(json.dumps({**line, "tests": self.tests[module]}) + "\n")

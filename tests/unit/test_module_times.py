@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import json
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -34,3 +36,19 @@ def test_modules_are_ranked_by_all_phases_of_their_tests(pytestconfig: pytest.Co
     assert lines[0].split() == ["50.0", "s", "98.0", "%", "2", "tests", "tests/e2e/test_slow.py"]
     assert lines[1].split()[:2] == ["1.0", "s"] and lines[1].endswith("tests/unit/test_fast.py")
     assert lines[2].split() == ["51.0", "s", "in", "all"]
+
+
+def test_each_modules_time_goes_to_the_phase_log(
+    pytestconfig: pytest.Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "phases.jsonl"
+    monkeypatch.setenv("KVTIER_PHASE_LOG", str(log))
+    times = ModuleTimes()
+    times.pytest_runtest_logreport(report("tests/e2e/test_x.py::test_a", "call", 2.0))
+    times.pytest_runtest_logreport(report("tests/e2e/test_y.py::test_b", "setup", 3.0))
+    times.pytest_terminal_summary(pytest.TerminalReporter(pytestconfig, io.StringIO()))
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert lines == [
+        {"phase": "pytest tests/e2e/test_x.py", "wall": 2.0, "tests": 1},
+        {"phase": "pytest tests/e2e/test_y.py", "wall": 3.0, "tests": 0},
+    ]

@@ -1,0 +1,51 @@
+"""bench/first_hour.py's parts that need no cold build: the caches it empties are its own,
+the phases hack/phase records, and the table it prints from them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.first_hour import Run, fresh_env, table  # noqa: E402
+
+
+def test_every_cache_is_a_fresh_directory_of_the_run(tmp_path: Path) -> None:
+    env = fresh_env(tmp_path)
+    for name in ("KVTIER_CACHE_DIR", "GOMODCACHE", "GOCACHE", "PIP_CACHE_DIR", "XDG_CACHE_HOME"):
+        path = Path(env[name])
+        assert path.is_dir() and tmp_path in path.parents and not any(path.iterdir())
+    assert "KVTIER_PHASE_LOG" not in env and "GOFLAGS" not in env
+
+
+def test_a_phase_records_its_wall_cpu_and_status(tmp_path: Path) -> None:
+    log = tmp_path / "phases.jsonl"
+    env = {**os.environ, "KVTIER_PHASE_LOG": str(log)}
+    burn = "python3 -c 'sum(range(3_000_000))'; sleep 0.3; exit 4"
+    code = subprocess.call([str(REPO / "hack" / "phase"), "burn", "--", "sh", "-c", burn], env=env)
+    assert code == 4
+    [line] = [json.loads(x) for x in log.read_text().splitlines()]
+    assert line["phase"] == "burn" and line["status"] == 4
+    assert line["wall"] >= 0.3 and line["cpu"] > 0
+
+
+def test_the_table_lists_phases_slowest_first() -> None:
+    run = Run(
+        "make test",
+        125.0,
+        80.0,
+        0,
+        [
+            {"phase": "mypy", "wall": 20.0, "cpu": 19.0, "status": 0},
+            {"phase": "pytest tests/e2e/test_a.py", "wall": 95.5, "tests": 7},
+        ],
+    )
+    lines = table("`make test`", run)
+    assert lines[0] == "#### `make test`: 2 min 05.0 s wall, 1 min 20.0 s CPU, passed"
+    assert lines[4] == "| pytest tests/e2e/test_a.py | 1 min 35.5 s |  | 7 |"
+    assert lines[5] == "| mypy | 20.0 s | 19.0 s |  |"
