@@ -9,7 +9,7 @@ MAKEFLAGS += --jobs=$(or $(KVTIER_JOBS),3) --output-sync=target
 # Each phase's wall and CPU time, when KVTIER_PHASE_LOG names a file (bench/first_hour.py).
 PHASE  := hack/phase
 
-.PHONY: all venv deps cluster-bin cluster-bin-demo validators prometheus upstream-crds kserve lws rook lint generate check-generated render-manifests \
+.PHONY: all venv deps cluster-bin cluster-bin-demo validators prometheus upstream-crds kserve lws rook epp-oracle lint generate check-generated render-manifests \
 	check-manifests unit e2e test demo bench clean
 
 all: test
@@ -52,6 +52,12 @@ kserve:
 rook:
 	$(PHASE) rook -- hack/oracles/rook/build >/dev/null
 
+# The endpoint picker's config loader (gateway-api-inference-extension v1.5.0, and v1.4.0, the
+# base of llm-d's inference scheduler v0.7.1) from its Go module, into the same cache;
+# tests/e2e/test_epp_oracle.py loads kvtier's scheduler configs with it.
+epp-oracle:
+	$(PHASE) epp-oracle -- hack/oracles/epp/build --all >/dev/null
+
 # LeaderWorkerSet's own controller manager from its Go module at a pinned version, into the
 # same cache; tests/e2e/test_target_lws.py runs it and reads the StatefulSets and pods it builds.
 lws:
@@ -83,10 +89,10 @@ check-manifests: venv cluster-bin
 unit: venv
 	$(BIN)/pytest -m "not e2e"
 
-e2e: venv cluster-bin validators prometheus upstream-crds kserve lws rook
+e2e: venv cluster-bin validators prometheus upstream-crds kserve lws rook epp-oracle
 	$(BIN)/pytest -m e2e
 
-test: venv deps cluster-bin validators prometheus upstream-crds kserve lws rook lint check-generated check-manifests
+test: venv deps cluster-bin validators prometheus upstream-crds kserve lws rook epp-oracle lint check-generated check-manifests
 	$(PHASE) pytest -- $(BIN)/pytest
 
 demo: venv deps cluster-bin-demo upstream-crds

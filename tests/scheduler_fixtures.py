@@ -1,5 +1,6 @@
-"""The llm-d endpoint picker config the scheduler tests keep in a ConfigMap, laid out as a user
-keeps it in git, and a reader of one plugin's parameters in such text."""
+"""The llm-d endpoint picker configs the scheduler tests keep in a ConfigMap, laid out as a user
+keeps them in git (both picker layouts), and a reader of one plugin's parameters in such text
+for the tests of the text's layout (what the picker makes of a text: tests/epp_oracle.py)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,15 @@ CPU_PARAMETERS = """\
     autoTune: false   # vLLM reports no CPU-tier capacity
     lruCapacityPerServer: 41000
 """
+
+# llm-d router v0.9.0's tiered layout: the CPU scorer reads the producer it names.
+EPP_09 = EPP.replace(
+    CPU_PARAMETERS, "  parameters:\n    prefixMatchInfoProducerName: cpuPrefixProducer\n"
+).replace(
+    "- type: queue-scorer\n",
+    "- type: queue-scorer\n- type: approx-prefix-cache-producer\n  name: cpuPrefixProducer\n"
+    "  parameters:\n    blockSizeTokens: 64   # the producer's floor\n",
+)
 
 
 def plugin_parameters(text: str | None, name: str = CPU_SCORER) -> Any:

@@ -2,7 +2,9 @@
 takes kvtier's write to a scheduler ConfigMap to the endpoint picker: it passes the key's text
 as the picker Deployment's `--config-text`, and when kvtier changes the text (and gives it back
 with the tier), it rewrites that argument, so the Deployment rolls its pods. kvtier restarts
-nothing itself: the picker reads its config only at start-up (docs/llm-d.md).
+nothing itself: the picker reads its config only at start-up (docs/llm-d.md). What the picker
+makes of that argument is read by the picker's own config loader (tests/epp_oracle.py,
+gateway-api-inference-extension v1.5.0): the capacity of the prefix index it builds.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from tests.e2e.kube_helpers import (
 )
 from tests.e2e.test_llmd_roles import _tier
 from tests.e2e.test_scheduler_configmap import CONFIGMAP, TIER, _configmap, _opt_in, _server
-from tests.scheduler_fixtures import CPU_PARAMETERS, EPP, plugin_parameters
+from tests.epp_oracle import LOADER_PRODUCER, index
+from tests.scheduler_fixtures import EPP, EPP_09, plugin_parameters
 
 # A cold build of the manager downloads KServe's module graph (minutes on a fresh cache).
 pytestmark = pytest.mark.timeout(1800)
@@ -47,6 +50,17 @@ def _config_text(deployment: dict[str, Any] | None) -> str | None:
     (main,) = [c for c in spec["containers"] if c["name"] == "main"]
     args: list[str] = main.get("args") or []
     return args[args.index("--config-text") + 1] if "--config-text" in args else None
+
+
+def _index(deployment: dict[str, Any] | None, plugin: str = LOADER_PRODUCER) -> Any:
+    """(capacity, autoTune) of the prefix index the picker's loader builds from the picker
+    Deployment's `--config-text` (before 0.9.0: the producer it adds from the CPU scorer's
+    parameters, the last scorer's); None before KServe wrote the Deployment."""
+    text = _config_text(deployment)
+    if text is None:
+        return None
+    found = index(text, plugin)
+    return found["indexCapacity"], found["parameters"]["autoTune"]
 
 
 def _server_at(ns: str, name: str, version: str | None) -> dict[str, Any]:
@@ -75,18 +89,18 @@ def test_kserve_passes_kvtiers_values_to_a_08_picker_and_the_users_back(
 ) -> None:
     api = kserve_stack.api
     Kube(api).create(_server_at(ns, "qwen", "0.8.0"))
-    user = {"autoTune": False, "lruCapacityPerServer": 41000}
+    user = (41000, False)
     first = eventually(
-        lambda: plugin_parameters(_config_text(p := _picker(api, ns, "qwen"))) == user and p,
+        lambda: _index(p := _picker(api, ns, "qwen")) == user and p,
         timeout=120,
         what="KServe's picker on the user's values",
     )
     create_tier(api, ns, "qwen", TIER)
     wait_condition(api, ns, "qwen", "SchedulerSynced", "True", timeout=120)
     (decode,) = get_tier(api, ns, "qwen")["status"]["plan"]["roles"]
-    want = {"autoTune": False, "lruCapacityPerServer": decode["cpuTierBlocks"]}
+    want = (decode["cpuTierBlocks"], False)
     rolled = eventually(
-        lambda: plugin_parameters(_config_text(p := _picker(api, ns, "qwen"))) == want and p,
+        lambda: _index(p := _picker(api, ns, "qwen")) == want and p,
         timeout=120,
         what="KServe's picker on kvtier's values",
     )
@@ -96,7 +110,7 @@ def test_kserve_passes_kvtiers_values_to_a_08_picker_and_the_users_back(
         "kvcache.io", "v1alpha1", ns, "kvcachetiers", "qwen"
     )
     eventually(
-        lambda: plugin_parameters(_config_text(_picker(api, ns, "qwen"))) == user,
+        lambda: _index(_picker(api, ns, "qwen")) == user,
         timeout=120,
         what="the user's values back",
     )
@@ -116,6 +130,8 @@ def test_a_09_picker_gets_no_scorer_parameters_so_kvtier_writes_none_there(
         what="KServe's picker",
     )
     assert plugin_parameters(_config_text(_picker(api, ns, "qwen-09"))) is None
+    # So the loader's index is its default, autoTune on: the user's 41000 reaches no picker.
+    assert _index(_picker(api, ns, "qwen-09")) == (31250, True)
     create_tier(api, ns, "qwen-09", _tier("qwen-09"))
     tier = wait_condition(
         api, ns, "qwen-09", "SchedulerSynced", "False", "SchedulerParametersDropped", timeout=120
@@ -126,19 +142,10 @@ def test_a_09_picker_gets_no_scorer_parameters_so_kvtier_writes_none_there(
     assert stored["data"]["epp"] == EPP
 
 
-# llm-d router v0.9.0's tiered layout: the CPU scorer reads the producer it names.
-EPP_09 = EPP.replace(
-    CPU_PARAMETERS, "  parameters:\n    prefixMatchInfoProducerName: cpuPrefixProducer\n"
-).replace(
-    "- type: queue-scorer\n",
-    "- type: queue-scorer\n- type: approx-prefix-cache-producer\n  name: cpuPrefixProducer\n"
-    "  parameters:\n    blockSizeTokens: 64   # the producer's floor\n",
-)
-
-
 def _producer(api: client.ApiClient, ns: str, name: str) -> Any:
-    """The producer's parameters in the text KServe gives the picker (it re-serialises it)."""
-    return plugin_parameters(_config_text(_picker(api, ns, name)), "cpuPrefixProducer")
+    """(capacity, autoTune) of the producer's index, as the picker's loader builds it from the
+    text KServe gives the picker (it re-serialises it)."""
+    return _index(_picker(api, ns, name), "cpuPrefixProducer")
 
 
 def test_a_09_pickers_producer_gets_kvtiers_capacity_through_kserve(
@@ -152,7 +159,7 @@ def test_a_09_pickers_producer_gets_kvtiers_capacity_through_kserve(
     server = _server_at(ns, name, None)  # KServe's preset: picker 0.9.0
     server["spec"]["router"]["scheduler"]["config"]["ref"]["name"] = configmap["name"]
     Kube(api).create(server)
-    user = {"blockSizeTokens": 64}
+    user = (31250, True)  # the producer's defaults: the user set only blockSizeTokens
     eventually(
         lambda: _producer(api, ns, name) == user,
         timeout=120,
@@ -164,7 +171,7 @@ def test_a_09_pickers_producer_gets_kvtiers_capacity_through_kserve(
     blocks = decode["cpuBytesToUse"] // (64 * tier["status"]["sizing"]["bytesPerToken"])
     assert tier["status"]["plan"]["scheduler"]["plugin"] == "cpuPrefixProducer"
     assert tier["status"]["plan"]["scheduler"]["lruCapacityPerServer"] == blocks
-    want = {**user, "autoTune": False, "lruCapacityPerServer": blocks}
+    want = (blocks, False)
     eventually(
         lambda: _producer(api, ns, name) == want,
         timeout=120,

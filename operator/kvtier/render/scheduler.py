@@ -13,7 +13,9 @@ The format pinned here (docs/llm-d.md): an EndpointPickerConfig of
 passes either text to the picker as `--config-text`), with the scorer's parameters of
 gateway-api-inference-extension v1.4 to v1.6 and llm-d-inference-scheduler v0.8. Anything else
 (another apiVersion or kind, an unknown parameter, the character-based `blockSize` of older
-releases) is reported, never guessed at. The ConfigMap's text is written by
+releases) is reported, never guessed at, and so is a config the picker's own loader would
+refuse once kvtier's values are in, or whose index another plugin sizes (the rules its loader
+showed: hack/oracles/epp, docs/llm-d.md). The ConfigMap's text is written by
 render/scheduler_configmap.py from the same `config_sync`. KServe v0.20 strips the scorer's
 parameters for an endpoint picker of 0.9.0 or later (its version annotation; KServe's preset
 default): that picker (llm-d router v0.9.0) indexes in the approx-prefix-cache-producer the
@@ -42,6 +44,7 @@ CPU_SCORER = "cpu-prefix-cache-scorer"
 CAPACITY = "lruCapacityPerServer"
 AUTO_TUNE = "autoTune"
 BLOCK_TOKENS = "blockSizeTokens"
+MAX_TOKENS = "maxPrefixTokensToMatch"
 DEFAULT_BLOCK_TOKENS = 16
 KNOWN_PARAMETERS = frozenset(
     {
@@ -49,7 +52,7 @@ KNOWN_PARAMETERS = frozenset(
         BLOCK_TOKENS,
         "blockSize",
         "maxPrefixBlocksToMatch",
-        "maxPrefixTokensToMatch",
+        MAX_TOKENS,
         CAPACITY,
     }
 )
@@ -236,12 +239,23 @@ def config_sync(
         problem = f"has parameters kvtier does not know: {', '.join(unknown)}"
     elif "blockSize" in params and BLOCK_TOKENS not in params:
         problem = "sets only blockSize, a size in characters from older releases"
+    else:
+        problem = _loader_refusal(params) or _index_elsewhere(plugins, index, producer)
     if problem is not None:
         return SchedulerProblem(UNKNOWN_CONFIG_REASON, f"{at} {problem}; kvtier leaves it alone")
-    block_tokens = params.get(BLOCK_TOKENS) or DEFAULT_BLOCK_TOKENS
-    if not isinstance(block_tokens, int) or isinstance(block_tokens, bool) or block_tokens < 1:
+    block_tokens = params.get(BLOCK_TOKENS)
+    block_tokens = DEFAULT_BLOCK_TOKENS if block_tokens is None else block_tokens
+    if not _whole(block_tokens) or block_tokens < 1:
+        why = (
+            f" (with {AUTO_TUNE} false, which kvtier sets, the endpoint picker's config loader "
+            "refuses one below 1)"
+            if _whole(block_tokens)
+            else ""
+        )
         return SchedulerProblem(
-            UNKNOWN_CONFIG_REASON, f"{at}: {BLOCK_TOKENS} {block_tokens!r} is not a block size"
+            UNKNOWN_CONFIG_REASON,
+            f"{at}: {BLOCK_TOKENS} {block_tokens!r} is not a block size{why}; kvtier leaves "
+            "it alone",
         )
     if not served or not by_role:
         return None  # declared but in no scheduling profile: not enabled
@@ -259,6 +273,50 @@ def config_sync(
         **{k: {"base": user[k], "applied": new_params[k]} for k in (CAPACITY, AUTO_TUNE)},
     }
     return SchedulerSync(name, block_tokens, capacity, tuple(served), new_plugins, saved)
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _loader_refusal(params: Mapping[str, Any]) -> str | None:
+    """Why the endpoint picker's config loader would refuse the parameters kvtier keeps beside
+    its two (hack/oracles/epp: gateway-api-inference-extension v1.4.0 and v1.5.0 decode them
+    into whole numbers; v1.5.0 refuses a negative maxPrefixTokensToMatch); None when it loads
+    them. blockSizeTokens is checked by the caller."""
+    for key in ("blockSize", "maxPrefixBlocksToMatch", MAX_TOKENS):
+        value = params.get(key)
+        if value is not None and not _whole(value):
+            return f"has {key} {value!r}, not a whole number, which the picker's loader refuses"
+    if (params.get(MAX_TOKENS) or 0) < 0:
+        return f"has {MAX_TOKENS} {params[MAX_TOKENS]}, below 0, which the picker's loader refuses"
+    return None
+
+
+def _index_elsewhere(plugins: Sequence[Any], index: int, producer: bool) -> str | None:
+    """Why a scorer's own parameters would not size the picker's index. Before 0.9.0, llm-d
+    inference scheduler v0.8.0 (gateway-api-inference-extension v1.5.0) keeps one index, which
+    its loader creates from the parameters of the last prefix-cache-scorer, and none from them
+    when the config declares an approx-prefix-cache-producer (which v0.7 does not know)."""
+    if producer:
+        return None
+    types = [p.get("type") if isinstance(p, Mapping) else None for p in plugins]
+    if PRODUCER_TYPE in types:
+        return (
+            f"sits beside an {PRODUCER_TYPE} plugin: a picker before 0.9.0 creates no index from "
+            "the scorer's parameters then (gateway-api-inference-extension v1.5.0) or refuses "
+            "the producer (v1.4.0)"
+        )
+    later = [
+        plugins[i].get("name") for i in range(index + 1, len(plugins)) if types[i] == SCORER_TYPE
+    ]
+    if later:
+        return (
+            f"is followed by {SCORER_TYPE} {later[-1]}: the picker's loader sizes its one index by "
+            f"the last {SCORER_TYPE}'s parameters (gateway-api-inference-extension v1.5.0); list "
+            f"{CPU_SCORER} last"
+        )
+    return None
 
 
 def _named(plugins: Sequence[Any], name: str) -> int | None:
