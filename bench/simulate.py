@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 
-from kvtier.simulate import SimConfig, study_config
+from kvtier.simulate import SimConfig, Workload, study_config
 from kvtier.simulate.engine import run_scenario
 from kvtier.simulate.setup import derive
 
@@ -29,7 +29,7 @@ SESSIONS = 64
 
 def config(minutes: float = MINUTES) -> SimConfig:
     base = study_config(duration_seconds=60.0 * minutes, warmup_seconds=0.0)
-    return dataclasses.replace(base, workload=dataclasses.replace(base.workload, sessions=SESSIONS))
+    return dataclasses.replace(base, workload=Workload(sessions=SESSIONS))
 
 
 def time_scenario(cfg: SimConfig, scenario: str) -> tuple[float, int]:

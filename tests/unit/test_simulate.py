@@ -13,6 +13,7 @@ from kvtier.simulate import (
     STUDY_CEPHFS,
     SimConfig,
     Simulation,
+    Workload,
     derive,
     simulate,
     study_config,
@@ -70,7 +71,7 @@ def test_a_disk_tier_adds_little_when_the_working_set_fits_the_cpu_tier() -> Non
 
 def _replicas(count: int) -> Simulation:
     config = study_config(replicas=count, disk=STUDY_CEPHFS)
-    workload = dataclasses.replace(config.workload, sessions=14 * count)
+    workload = dataclasses.replace(Workload(), sessions=14 * count)
     return simulate(dataclasses.replace(config, workload=workload))
 
 
@@ -93,7 +94,7 @@ def test_a_load_aware_restore_policy_skips_restores_the_queue_would_make_slow() 
     config = study_config(
         replicas=3, disk=dataclasses.replace(STUDY_CEPHFS, bandwidth_bytes_per_second=2e9)
     )
-    config = dataclasses.replace(config, workload=dataclasses.replace(config.workload, sessions=42))
+    config = dataclasses.replace(config, workload=dataclasses.replace(Workload(), sessions=42))
     always = simulate(config).by_scenario("cpu+disk")
     faster = simulate(dataclasses.replace(config, restore_policy="faster")).by_scenario("cpu+disk")
     assert always.throughput_ratio < 1 < faster.throughput_ratio
@@ -132,7 +133,7 @@ def test_kv_figures_come_from_the_sizing_engine() -> None:
 
 def test_the_auto_cpu_tier_is_kvtiers_own_for_the_node() -> None:
     config = study_config(cpu_bytes=None)
-    workload = dataclasses.replace(config.workload, sessions=64)
+    workload = dataclasses.replace(Workload(), sessions=64)
     derived = derive(dataclasses.replace(config, workload=workload))
     # docs/sizing.md: (0.5 × 2 TiB − 4 GiB) ÷ 2 in whole 4 MiB blocks, as `kvtier plan` says.
     assert derived.sizing.sizing.cpu_bytes_to_use == 547_608_330_240

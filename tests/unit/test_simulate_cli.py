@@ -64,7 +64,7 @@ def test_no_disk_runs_two_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
     ("argv", "message"),
     [
         (["--sessions", "0"], "--sessions: must be greater than zero"),
-        (["--model", "llama-3.1-70b"], "--params: give the parameter count"),
+        (["--model", "llama-3.1-405b"], "--params: give the parameter count"),
         (["--disk", "floppy"], "--disk"),
         (["--tier-bandwidth", "fast"], "--tier-bandwidth"),
         (["--params", "lots"], "--params: 'lots' is not a number"),
@@ -85,6 +85,15 @@ def test_no_disk_runs_two_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
         (["--context", "200000"], "--context: sessions grow to 1.4 × the average"),
         (["--duration", "1e12"], "--duration: must be at most 604,800 s (a week)"),
         (["--timeout", "0"], "--timeout: must be above zero"),
+        (["--rate", "5", "--sessions", "4"], "--sessions: an agentic-session flag, but --rate"),
+        (["--rate", "5", "--concurrency", "4"], "--concurrency: give --rate (open loop) or"),
+        (["--rate", "0"], "--rate: must be above zero, got 0"),
+        (["--trace", "t.jsonl", "--groups", "3"], "--groups: does not apply to --trace"),
+        (["--trace", "no-such.jsonl"], "--trace: no-such.jsonl: No such file"),
+        (["--router-weights", "1,2"], "--router-weights: give three weights"),
+        (["--router-weights", "1,2,-3"], "--router-weights: must be zero or more"),
+        (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization: must be at most 1"),
+        (["--lru-capacity-per-server", "0"], "--lru-capacity-per-server: must be a whole"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_flag(
@@ -96,8 +105,8 @@ def test_bad_input_is_one_line_naming_the_flag(
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
-    assert main(["simulate", *SHORT, *argv, "-o", "json"]) == 0
+def _json(capsys: pytest.CaptureFixture[str], *argv: str, short: bool = True) -> dict[str, Any]:
+    assert main(["simulate", *(SHORT if short else []), *argv, "-o", "json"]) == 0
     doc: dict[str, Any] = json.loads(capsys.readouterr().out)
     return doc
 
@@ -189,6 +198,40 @@ def test_progress_bound_stops_inside_the_engine() -> None:
         progress=lambda scenario, now: seen.append(now),
     )
     assert len(seen) == 100 and seen[0] == 1.0 and seen[-1] == 100.0
+
+
+GPT_OSS = ["--model", "gpt-oss-120b", "--tp", "1", "--weights", "64.38Gi", "--disk", "none"]
+
+
+def test_a_staged_open_loop_sweep_reports_each_stage(capsys: pytest.CaptureFixture[str]) -> None:
+    # gpt-oss-120b needs no --params: its total and active parameters are known.
+    argv = [*GPT_OSS, "--replicas", "2", "--routing", "prefix", "--rate", "1,3"]
+    argv += ["--stage-seconds", "30", "--groups", "20"]
+    doc = _json(capsys, *argv, short=False)
+    assert doc["workload"]["shape"] == "shared-prefix"
+    assert doc["durationSeconds"] == 60 + 300  # the sweep, then the drain
+    assert doc["derived"]["prefillTokensPerSecond"] > 40_000  # 5.1 B active parameters
+    stages = doc["scenarios"][1]["stages"]
+    assert [s["rate"] for s in stages] == [1, 3]
+    assert all(s["requests"] > 0 and "throughputRatio" in s for s in stages)
+    assert main(["simulate", *argv]) == 0
+    assert "per stage" in capsys.readouterr().out
+
+
+def test_a_trace_replays_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    rows = [
+        {"arrival": i, "prefix_id": i % 3, "prefix_tokens": 4000, "input_tokens": 4200,
+         "output_tokens": 20}
+        for i in range(60)
+    ]  # fmt: skip
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    doc = _json(capsys, *GPT_OSS, "--trace", str(trace), short=False)
+    assert doc["workload"] == {"shape": "trace", "source": str(trace), "requests": 60}
+    assert doc["scenarios"][0]["requests"] == 60
+    assert doc["scenarios"][0]["hitRatios"]["gpu"] > 0.8  # three prefixes, one replica
 
 
 def test_help_does_not_import_the_simulator() -> None:

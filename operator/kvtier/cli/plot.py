@@ -164,7 +164,7 @@ def draw_simulation(result: Simulation) -> Figure:
         bottom = [b + s for b, s in zip(bottom, shares, strict=True)]
     hits.set_title("prompt tokens by source")
     hits.legend()
-    fig.suptitle(f"{result.config.model}: {result.config.workload.sessions} sessions")
+    fig.suptitle(result.config.model)
     fig.tight_layout()
     return fig
 

@@ -20,9 +20,11 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from kvtier.cli.base import Subparsers
-    from kvtier.simulate import SimConfig, Simulation
+    from kvtier.simulate import SimConfig, Simulation, Workload
+    from kvtier.simulate.workload import SharedPrefix, Trace
 
 OUTPUTS = ("table", "json")
+DRAIN_SECONDS = 300.0  # after an open-loop sweep or trace: time for the queues to empty
 # SizingError.field → the flag that sets it.
 _FLAGS = {
     "model": "--model",
@@ -48,7 +50,22 @@ _FLAGS = {
     "decodeTokensPerSecond": "--decode-rate",
     "durationSeconds": "--duration",
     "warmupSeconds": "--warmup",
+    "activeParameters": "--active-params",
+    "weights": "--weights",
+    "maxNumSeqs": "--max-num-seqs",
+    "lruCapacityPerServer": "--lru-capacity-per-server",
+    "routerWeights": "--router-weights",
+    "groups": "--groups",
+    "questions": "--questions",
+    "prefixTokens": "--prefix-tokens",
+    "questionTokens": "--question-tokens",
+    "rate": "--rate",
+    "stageSeconds": "--stage-seconds",
+    "concurrency": "--concurrency",
+    "trace": "--trace",
 }
+_AGENTIC = ("sessions", "tool_tokens", "think", "system_prompt", "context")
+_SHARED = ("groups", "questions", "prefix_tokens", "question_tokens", "concurrency")
 
 
 def register(subparsers: Subparsers) -> None:
@@ -66,6 +83,18 @@ def register(subparsers: Subparsers) -> None:
     m.add_argument("--weight-bytes", metavar="B", help="bytes per parameter (default 2; FP8 1)")
     m.add_argument("--query-heads", type=int, help="attention heads (default 8 per KV head)")
     m.add_argument("--tp", type=int, help="tensor parallel size = GPUs per server (default 8)")
+    m.add_argument(
+        "--active-params", metavar="N", help="active parameters per token (MoE; default: known)"
+    )
+    m.add_argument("--weights", metavar="SIZE", help="weights in GPU memory, e.g. 64.38Gi")
+    m.add_argument("--gpu-memory-utilization", metavar="FRACTION", help="vLLM's (default 0.9)")
+    m.add_argument("--block-size", metavar="TOKENS", help="vLLM's --block-size (default 16)")
+    m.add_argument("--max-num-seqs", metavar="N", help="vLLM's (default 256)")
+    m.add_argument(
+        "--offload-outputs",
+        action="store_true",
+        help="store output blocks in the tiers too (offload_prompt_only false)",
+    )
     m.add_argument("--kv-dtype", help="auto|bfloat16|float16|fp8 (default auto)")
     m.add_argument(
         "--prefill-rate",
@@ -86,7 +115,40 @@ def register(subparsers: Subparsers) -> None:
     w.add_argument("--think", metavar="SECONDS", help="mean tool time between turns (default 0)")
     w.add_argument("--replicas", type=int, help="model-server replicas (default 1)")
     w.add_argument(
-        "--routing", choices=("random", "sticky"), help="session → replica (default random)"
+        "--routing",
+        choices=("random", "round-robin", "sticky", "prefix"),
+        help="request → replica: prefix is llm-d's prefix-aware scheduler (default random)",
+    )
+    w.add_argument(
+        "--router-weights",
+        metavar="Q,KV,P",
+        help="prefix routing: queue, KV-cache and prefix scorer weights (default 2,2,3)",
+    )
+    w.add_argument(
+        "--lru-capacity-per-server",
+        metavar="BLOCKS",
+        help="prefix routing: the router's index per replica, 16-token blocks (default 31250)",
+    )
+    s = p.add_argument_group("other workloads (instead of agentic sessions)")
+    s.add_argument("--groups", metavar="N", help="shared-prefix groups (default 250)")
+    s.add_argument("--questions", metavar="N", help="questions per group (default 5)")
+    s.add_argument("--prefix-tokens", metavar="TOKENS", help="group prefix (default 16000)")
+    s.add_argument("--question-tokens", metavar="TOKENS", help="question (default 256)")
+    s.add_argument(
+        "--rate",
+        metavar="QPS[,QPS…]",
+        help="open-loop Poisson arrivals, a stage per rate (e.g. 5,10,20,40)",
+    )
+    s.add_argument("--stage-seconds", metavar="SECONDS", help="each rate's stage (default 60)")
+    s.add_argument("--concurrency", metavar="N", help="closed loop: clients, instead of --rate")
+    s.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="replay a JSONL trace: arrival, input/output tokens, prefix_id+prefix_tokens or "
+        "hash_ids",
+    )
+    s.add_argument(
+        "--trace-block-tokens", metavar="TOKENS", help="tokens per hash_ids entry (default 512)"
     )
     w.add_argument(
         "--restore-policy",
@@ -223,17 +285,26 @@ def sim_config(args: argparse.Namespace) -> SimConfig:
 
     Every value is checked here, before the run, and an error names the flag that gave it.
     """
-    from kvtier.simulate import STUDY_CEPHFS, STUDY_NVME, DiskTier, study_config
+    from kvtier.simulate import STUDY_CEPHFS, STUDY_NVME, DiskTier, Workload, study_config
+    from kvtier.simulate.models import MODEL_PARAMETERS
+    from kvtier.simulate.workload import SharedPrefix, Trace
     from kvtier.sizing import find_model, normalize_disk_type, parse_bandwidth, parse_seconds
 
     config = study_config()
     changes: dict[str, Any] = {}
     if args.model:
-        if find_model(args.model).id != config.model and not args.params:
+        model = find_model(args.model).id
+        known = MODEL_PARAMETERS.get(model)
+        if model != config.model and not args.params and known is None:
             raise CliError("simulate: --params: give the parameter count of --model (e.g. 70e9)")
         changes["model"] = args.model
         changes["query_heads"] = None
         changes["cpu_bytes"] = None  # the study's CPU tier is Nemotron's: size this one
+        if known is not None:
+            changes["parameters"] = known.total
+            changes["active_parameters"] = known.active
+            changes["experts"] = known.experts
+            changes["experts_per_token"] = known.experts_per_token
     for flag, name in (
         ("params", "parameters"),
         ("weight_bytes", "weight_bytes"),
@@ -243,6 +314,31 @@ def sim_config(args: argparse.Namespace) -> SimConfig:
     ):
         if getattr(args, flag) is not None:
             changes[name] = number(getattr(args, flag), _flag(flag))
+    if args.active_params is not None:
+        changes["active_parameters"] = number(args.active_params, "--active-params")
+    if args.weights is not None:
+        changes["weights_bytes"] = size_bytes(args.weights, "--weights")
+    if args.gpu_memory_utilization is not None:
+        util = number(args.gpu_memory_utilization, "--gpu-memory-utilization")
+        if util > 1:
+            raise CliError(f"simulate: --gpu-memory-utilization: must be at most 1, got {util:g}")
+        changes["gpu_memory_utilization"] = util
+    for flag, name in (
+        ("block_size", "block_tokens"),
+        ("max_num_seqs", "max_num_seqs"),
+        ("lru_capacity_per_server", "lru_capacity_per_server"),
+    ):
+        if getattr(args, flag) is not None:
+            changes[name] = count(getattr(args, flag), _flag(flag))
+    if args.router_weights is not None:
+        parts = args.router_weights.split(",")
+        if len(parts) != 3:
+            raise CliError("simulate: --router-weights: give three weights: queue,kv,prefix")
+        changes["router_weights"] = tuple(
+            number(part, "--router-weights", zero=True) for part in parts
+        )
+    if args.offload_outputs:
+        changes["offload_prompt_only"] = False
     if args.warmup is not None:
         changes["warmup_seconds"] = number(args.warmup, "--warmup", zero=True)
     for flag, name in (("query_heads", "query_heads"), ("tp", "tensor_parallel_size")):
@@ -291,6 +387,62 @@ def sim_config(args: argparse.Namespace) -> SimConfig:
             )
     changes["disk"] = disk
 
+    workload = changes["workload"] = _workload(args, changes)
+    if not isinstance(workload, Workload):
+        # Open loop: the run is the sweep (or the trace) and a drain; all of it is measured.
+        if isinstance(workload, SharedPrefix) and workload.stages is not None:
+            span = workload.stages.duration
+        elif isinstance(workload, Trace):
+            span = workload.duration
+        else:
+            span = None
+        if span is not None:
+            changes.setdefault("duration_seconds", span + DRAIN_SECONDS)
+            changes.setdefault("warmup_seconds", 0.0)
+    return dataclasses.replace(config, **changes)
+
+
+def _workload(args: argparse.Namespace, changes: dict[str, Any]) -> Workload | SharedPrefix | Trace:
+    """Agentic sessions (the default), shared-prefix groups, or a trace to replay."""
+    from kvtier.simulate import Workload
+    from kvtier.simulate.workload import SharedPrefix, Stages, read_trace
+
+    agentic = [f for f in _AGENTIC if getattr(args, f) is not None]
+    shared = [f for f in _SHARED if getattr(args, f) is not None]
+    open_loop = [f for f in ("rate", "stage_seconds") if getattr(args, f) is not None]
+    if args.trace is not None:
+        clash = agentic + shared + open_loop
+        if clash:
+            raise CliError(f"simulate: {_flag(clash[0])}: does not apply to --trace")
+        block = count(args.trace_block_tokens or "512", "--trace-block-tokens")
+        return read_trace(args.trace, block)
+    if shared or open_loop:
+        if agentic:
+            raise CliError(
+                f"simulate: {_flag(agentic[0])}: an agentic-session flag, but "
+                f"{_flag((shared + open_loop)[0])} asks for shared-prefix groups"
+            )
+        if args.rate is not None and args.concurrency is not None:
+            raise CliError("simulate: --concurrency: give --rate (open loop) or --concurrency")
+        fields: dict[str, Any] = {}
+        for flag, name in (
+            ("groups", "groups"),
+            ("questions", "questions"),
+            ("prefix_tokens", "prefix_tokens"),
+            ("question_tokens", "question_tokens"),
+            ("output_tokens", "output_tokens"),
+            ("concurrency", "concurrency"),
+        ):
+            if getattr(args, flag) is not None:
+                fields[name] = count(getattr(args, flag), _flag(flag))
+        if args.concurrency is None:
+            rates = tuple(number(r, "--rate") for r in (args.rate or "").split(",") if r.strip())
+            if not rates:
+                raise CliError("simulate: --rate: give requests/s, or stages as 5,10,20,40")
+            seconds = number(args.stage_seconds or "60", "--stage-seconds")
+            fields["stages"] = Stages(rates, seconds)
+        return SharedPrefix(**fields)
+    base = Workload()
     workload: dict[str, Any] = {}
     if args.sessions is not None:
         workload["sessions"] = args.sessions
@@ -304,16 +456,35 @@ def sim_config(args: argparse.Namespace) -> SimConfig:
             workload[name] = count(getattr(args, flag), _flag(flag), zero=zero)
     if args.context is not None and args.system_prompt is None:
         # Keep the shared prompt a minor part of shorter contexts than the study's.
-        start = dataclasses.replace(config.workload, **workload).start_tokens
-        workload["system_prompt_tokens"] = min(config.workload.system_prompt_tokens, start // 2)
+        start = dataclasses.replace(base, **workload).start_tokens
+        workload["system_prompt_tokens"] = min(base.system_prompt_tokens, start // 2)
     if args.think is not None:
         workload["think_seconds"] = number(args.think, "--think", zero=True)
-    changes["workload"] = dataclasses.replace(config.workload, **workload)
-    return dataclasses.replace(config, **changes)
+    return dataclasses.replace(base, **workload)
 
 
 def _flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
+
+
+def _describe(w: Workload | SharedPrefix | Trace) -> str:
+    from kvtier.simulate import Workload
+    from kvtier.simulate.workload import SharedPrefix
+
+    if isinstance(w, Workload):
+        return f"{w.sessions} sessions, ~{w.average_context_tokens:,}-token prompts"
+    if isinstance(w, SharedPrefix):
+        load = (
+            f"Poisson {','.join(f'{r:g}' for r in w.stages.rates)} req/s, "
+            f"{w.stages.seconds:g} s a stage"
+            if w.stages
+            else f"{w.concurrency} clients"
+        )
+        return (
+            f"{w.groups} groups × {w.questions} questions, {w.prefix_tokens:,}-token prefix + "
+            f"{w.question_tokens:,}, {w.output_tokens:,} out, {load}"
+        )
+    return f"trace {w.source}, {len(w.requests):,} requests"
 
 
 def render(result: Simulation, console: Console) -> None:
@@ -326,9 +497,8 @@ def render(result: Simulation, console: Console) -> None:
     lines = [
         f"{c.model} at TP {c.tensor_parallel_size} on {c.tensor_parallel_size}×{c.gpu.name}, "
         f"{c.replicas} replica(s), {c.routing} routing, restore {c.restore_policy}",
-        f"{c.workload.sessions} sessions, ~{c.workload.average_context_tokens:,}-token prompts, "
-        f"{c.duration_seconds - c.warmup_seconds:g} s measured after {c.warmup_seconds:g} s "
-        f"warm-up, seed {c.seed}",
+        f"{_describe(c.workload)}, {c.duration_seconds - c.warmup_seconds:g} s measured after "
+        f"{c.warmup_seconds:g} s warm-up, seed {c.seed}",
         f"GPU KV cache {d.gpu_kv_tokens:,} tokens, CPU tier {d.cpu_tokens:,} tokens, "
         + (
             f"{disk.kind} {d.disk_tokens:,} tokens (p99 {disk.p99_seconds:g} s, "
@@ -363,3 +533,24 @@ def render(result: Simulation, console: Console) -> None:
             *(f"{h[k]:.0%}" for k in ("gpu", "cpu", "disk", "recompute")),
         )
     console.print(table)
+    if result.results[0].stages:
+        stages = Table(
+            box=box.SIMPLE,
+            padding=(0, 0, 0, 1),
+            pad_edge=False,
+            title="per stage: output tokens/s (× tiers off), mean TTFT (s)",
+            title_justify="left",
+        )
+        stages.add_column("req/s", justify="right")
+        for r in result.results:
+            stages.add_column(r.scenario, justify="right", no_wrap=True)
+        for i, first in enumerate(result.results[0].stages):
+            cells = [f"{first['rate']:g}"]
+            for r in result.results:
+                st = r.stages[i]
+                cells.append(
+                    f"{st['outputTokensPerSecond']:,.0f} ×{st['throughputRatio']:.2f} "
+                    f"{st['ttftMeanSeconds']:,.2f}"
+                )
+            stages.add_row(*cells)
+        console.print(stages)

@@ -1,4 +1,4 @@
-"""A KV-cache tier as an LRU of prefixes, counted in tokens of whole blocks.
+"""A KV-cache tier as an LRU of prompt segments, counted in tokens of whole blocks.
 
 Every request of a session reads its cached prefix from the first block on, so all blocks of
 one prefix are touched together and share one recency. Eviction takes blocks from the tail
@@ -9,7 +9,7 @@ vLLM frees a request's blocks tail first), so an entry is just "the first n toke
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 
 
 class PrefixLRU:
@@ -51,3 +51,24 @@ class PrefixLRU:
                 del entries[key]
             else:
                 entries[key] = held - drop
+
+
+def chain_hit(cache: PrefixLRU, segments: Sequence[tuple[Hashable, int]]) -> int:
+    """Leading tokens of a prompt's chain `cache` holds: a segment counts only after whole
+    parents (vLLM's block hashes include the parent's)."""
+    total = 0
+    for key, tokens in segments:
+        held = min(cache.cached(key), tokens)
+        total += held
+        if held < tokens:
+            break
+    return total
+
+
+def store_chain(cache: PrefixLRU, segments: Sequence[tuple[Hashable, int]], tokens: int) -> None:
+    """Hold the first `tokens` of a prompt's chain in `cache` (whole blocks)."""
+    for key, n in segments:
+        if tokens <= 0:
+            return
+        cache.touch(key, min(n, tokens))
+        tokens -= n

@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kvtier.simulate.workload import SharedPrefix, Trace
 from kvtier.sizing import DISK_TYPES, SizingError
 from kvtier.sizing.disk_types import SHARED_DISK_TYPES
 
@@ -18,7 +19,11 @@ GiB = 1 << 30
 TiB = 1 << 40
 SCENARIOS = ("none", "cpu", "cpu+disk")
 MAX_DURATION_SECONDS = 7 * 24 * 3600.0  # far past any steady state; bounds a mistyped run
-ROUTINGS = ("random", "sticky")
+ROUTINGS = ("random", "round-robin", "sticky", "prefix")
+# llm-d's default scheduling profile: queue-scorer 2, kv-cache-utilization-scorer 2,
+# prefix-cache-scorer 3 (docs/simulator.md); and the prefix index's default capacity.
+DEFAULT_ROUTER_WEIGHTS = (2.0, 2.0, 3.0)
+DEFAULT_LRU_CAPACITY_PER_SERVER = 31_250
 # always: every hit is restored, as vLLM does; faster: a disk restore that the tier's queue
 # would make slower than recomputing the part is skipped (a load-aware what-if).
 RESTORE_POLICIES = ("always", "faster")
@@ -88,6 +93,10 @@ class Workload:
     tool_tokens: int = 2_000  # mean tool result appended per turn, exponential
     think_seconds: float = 0.0  # mean tool time between turns (0: a fixed-concurrency client)
 
+    @property
+    def longest_prompt(self) -> int:
+        return self.end_tokens
+
     def validate(self) -> None:
         _positive("sessions", self.sessions)
         _positive("averageContextTokens", self.average_context_tokens)
@@ -119,6 +128,10 @@ class SimConfig:
 
     model: str
     parameters: float  # model parameters (weights = parameters × weight bytes)
+    active_parameters: float | None = None  # per token, for a mixture of experts; None: all
+    experts: int = 0  # routed experts per MoE layer (0: dense)
+    experts_per_token: int = 0
+    weights_bytes: int | None = None  # None: parameters × weight_bytes
     tensor_parallel_size: int = 8
     query_heads: int | None = None  # None: 8 query heads per KV head (GQA-8)
     kv_cache_dtype: str = "auto"
@@ -128,15 +141,19 @@ class SimConfig:
     gpu_memory_utilization: float = 0.9  # vLLM's default
     gpu_reserved_bytes: int = 4 * GiB  # per GPU: activations, CUDA graphs, NCCL buffers
     max_batched_tokens: int = 8192  # vLLM 0.24 default on ≥70 GB GPUs (OpenAI server)
+    max_num_seqs: int = 256
     prefill_tokens_per_second: float | None = None  # None: from FLOPs
     decode_tokens_per_second: float | None = None  # one sequence; None: from HBM bandwidth
     replicas: int = 1
     routing: str = "random"
+    router_weights: tuple[float, float, float] = DEFAULT_ROUTER_WEIGHTS  # queue, KV, prefix
+    lru_capacity_per_server: int = DEFAULT_LRU_CAPACITY_PER_SERVER  # router index, in blocks
     restore_policy: str = "always"
+    offload_prompt_only: bool = True  # the OffloadingConnector's default: outputs stay on GPU
     node_memory_bytes: int | None = 2 * TiB  # DGX H100 system memory
     cpu_bytes: int | None = None  # None: kvtier's auto CPU tier for the node
     disk: DiskTier | None = STUDY_NVME
-    workload: Workload = field(default_factory=Workload)
+    workload: Workload | SharedPrefix | Trace = field(default_factory=Workload)
     duration_seconds: float = 3600.0
     warmup_seconds: float = 600.0
     seed: int = 1
@@ -148,7 +165,26 @@ class SimConfig:
         _positive("weightBytes", self.weight_bytes)
         _positive("replicas", self.replicas)
         _positive("maxBatchedTokens", self.max_batched_tokens)
+        _positive("maxNumSeqs", self.max_num_seqs)
+        _positive("lruCapacityPerServer", self.lru_capacity_per_server)
+        if self.active_parameters is not None:
+            _positive("activeParameters", self.active_parameters)
+            if self.active_parameters > self.parameters:
+                raise SizingError("activeParameters", "must be at most the parameters")
+        if self.experts and not 0 < self.experts_per_token <= self.experts:
+            raise SizingError("expertsPerToken", "must be 1 to the number of experts")
+        if self.weights_bytes is not None:
+            _positive("weights", self.weights_bytes)
+        if len(self.router_weights) != 3 or any(
+            not (math.isfinite(w) and w >= 0) for w in self.router_weights
+        ):
+            raise SizingError("routerWeights", "three weights, zero or more: queue,kv,prefix")
         _positive("durationSeconds", self.duration_seconds)
+        if isinstance(self.workload, Trace) and self.workload.duration >= self.duration_seconds:
+            raise SizingError(
+                "durationSeconds",
+                f"must be past the trace's last arrival ({self.workload.duration:g} s)",
+            )
         if self.duration_seconds > MAX_DURATION_SECONDS:
             raise SizingError(
                 "durationSeconds",

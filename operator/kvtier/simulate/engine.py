@@ -1,17 +1,23 @@
-"""The discrete-event model (simpy): sessions, a router, model-server replicas and tiers.
+"""The discrete-event model (simpy): clients, a router, model-server replicas and tiers.
 
 A replica is vLLM's scheduler loop in miniature. Each engine step decodes one token for every
 running request and spends the rest of the token budget (`max_num_batched_tokens`) on prompt
 chunks, first come first served; the step lasts as long as its compute (prompt tokens and
 their attention) or its HBM reads (weights, plus the KV of every decoding request),
-whichever is longer. A request is admitted only when its prompt and output fit in the GPU
-KV cache; admission takes its prefix from the GPU prefix cache, then from the CPU tier, then
-from the disk tier, and only what none holds is computed. Restores cost no GPU time: the
-request waits for its copies (a disk tier's bandwidth is one queue, shared by all replicas
-when the tier is shared) while the GPU serves others; with restore_policy "faster" a request
-recomputes its disk part instead when the queue would make the restore slower than that.
-Computed prompt blocks are stored in the CPU tier and written through to the disk tier (vLLM
-offloads prompts only by default).
+whichever is longer.
+
+The GPU KV cache is vLLM's block-level prefix cache over prompt and output tokens: a prompt
+is a chain of segments (kvtier.simulate.workload), running requests pin their segments'
+blocks, and free blocks stay cached until evicted least recently used. A request is admitted
+when its prompt fits (its output grows a block at a time); when a step has no room for the
+decoders' next tokens, the latest admitted request is preempted, its blocks freed (still
+cached) and it goes back to the head of the queue to recompute, as vLLM's default
+preemption does. Admission takes the prefix from the GPU prefix cache, then the CPU tier,
+then the disk tier; only what none holds is computed. Restores cost no GPU time: the request
+waits for its copies (a disk tier's bandwidth is one queue, shared by all replicas when the
+tier is shared) while the GPU serves others. Computed prompt blocks are stored in the CPU
+tier and written through to the disk tier; output blocks too with offload_prompt_only off
+(the OffloadingConnector's option, on by default).
 """
 
 from __future__ import annotations
@@ -19,42 +25,72 @@ from __future__ import annotations
 import heapq
 import random
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 import simpy
 
-from kvtier.simulate.cache import PrefixLRU
-from kvtier.simulate.config import SimConfig
+from kvtier.simulate.cache import PrefixLRU, chain_hit, store_chain
+from kvtier.simulate.config import SimConfig, Workload
+from kvtier.simulate.router import Router
 from kvtier.simulate.setup import Derived
+from kvtier.simulate.workload import (
+    Segment,
+    SharedPrefix,
+    Trace,
+    poisson_arrivals,
+)
 from kvtier.sizing.tiers import bandwidth_restore_seconds
 
 Process = Generator[simpy.Event, Any, None]
 Progress = Callable[[str, float], None]
 PROGRESS_STEPS = 100
+SYSTEM = ("system",)  # the agentic sessions' shared system prompt
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Request:
-    key: int  # the session
-    prompt: int  # tokens, with the shared system prompt
+    segments: tuple[Segment, ...]  # the prompt
     output: int
     arrival: float
-    done: simpy.Event
-    need: int = 0  # GPU KV tokens reserved while it runs
-    hits: tuple[int, int, int] = (0, 0, 0)  # tokens from GPU, CPU, disk
-    position: int = 0  # prompt tokens whose KV is on the GPU
+    affinity: Hashable  # what sticky routing keeps on one replica (a session, a group)
+    done: simpy.Event | None = None
+    produced: int = 0  # output tokens decoded before a preemption (recomputed with the prompt)
+    prompt_now: int = 0  # tokens of this schedule's prompt (the prompt, plus `produced`)
+    position: int = 0  # tokens of this schedule's prompt whose KV is on the GPU
+    decode_start: int = -1  # engine step at which this schedule's decoding began
+    epoch: int = 0  # bumped on preemption: stale decode-heap entries are skipped
+    restoring: bool = False
+    hits: tuple[int, int, int] = (0, 0, 0)  # first schedule: tokens from GPU, CPU, disk
+    # vLLM's counters, summed over every schedule of the request (a preempted one counts again).
+    queries: int = 0
+    gpu_hits: int = 0
+    external_queries: int = 0
+    external_hits: int = 0
+    preemptions: int = 0
     first_token: float = -1.0
     finished: float = -1.0
+
+    @property
+    def prompt(self) -> int:
+        return sum(n for _, n in self.segments)
+
+    def schedule_segments(self) -> tuple[Segment, ...]:
+        """The prompt of the next schedule: after a preemption, the output so far too."""
+        if not self.produced:
+            return self.segments
+        key, tokens = self.segments[-1]
+        return (*self.segments[:-1], (key, tokens + self.produced))
 
 
 @dataclass
 class Stats:
-    """Requests that arrived after the warm-up, as they complete."""
+    """Requests that arrived after the warm-up, as they complete; preemptions of all."""
 
     warmup: float
     requests: list[Request] = field(default_factory=list)
+    preemptions: int = 0
 
     def record(self, request: Request) -> None:
         if request.arrival >= self.warmup:
@@ -93,63 +129,120 @@ class Replica:
     ) -> None:
         self.env = env
         self.d = derived
-        self.system = config.workload.system_prompt_tokens  # kept hot in HBM by every request
-        self.capacity = derived.gpu_kv_tokens - self.system
-        self.gpu = PrefixLRU(self.capacity, derived.block_tokens)
+        self.capacity = derived.gpu_kv_tokens
+        self.block = derived.block_tokens
+        self.lru = PrefixLRU(self.capacity, derived.block_tokens)  # free, cached blocks
+        self.pins: dict[Hashable, list[int]] = {}  # in use: key → [requests, tokens]
         self.cpu = PrefixLRU(derived.cpu_tokens, derived.block_tokens) if cpu else None
         self.disk = disk
         self.load_aware = config.restore_policy == "faster"
+        self.prompt_only = config.offload_prompt_only
         self.stats = stats
         self.budget = config.max_batched_tokens
-        self.reserved = 0
+        self.max_seqs = config.max_num_seqs
+        self.reserved = 0  # tokens of pinned blocks and of the running requests' outputs
         self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []  # admission order: preemption takes the last
         self.prefilling: list[Request] = []
-        self.decoding: list[tuple[int, int, Request]] = []  # heap: (last step, order, request)
+        self.decoding: list[tuple[int, int, int, Request]] = []  # heap: (last step, order, …)
+        self.decoders = 0
         self.decode_context = 0  # KV tokens every decode step reads
         self.steps = 0
         self.order = 0
         self.wake = env.event()
         env.process(self.run())
 
+    @property
+    def kv_usage(self) -> float:
+        """vLLM's kv_cache_usage_perc: blocks in use (free cached blocks do not count)."""
+        return min(1.0, self.reserved / self.capacity)
+
     def submit(self, request: Request) -> None:
         self.waiting.append(request)
         self.admit()
 
     def admit(self) -> None:
-        while self.waiting:
+        while self.waiting and len(self.running) < self.max_seqs:
             request = self.waiting[0]
-            session = request.prompt - self.system
-            need = session + request.output
-            if need > self.capacity - self.reserved:
-                return  # first come, first served: the head waits for room
+            segments = request.schedule_segments()
+            gpu, need = self._gpu_hit_and_need(segments)
+            if self.reserved + need + self.decoders > self.capacity:
+                # First come, first served: the head waits for room, keeping the decoders'
+                # next tokens free (else a preempted request would come straight back).
+                return
             self.waiting.popleft()
-            request.need = need
+            self._pin(segments)
             self.reserved += need
-            key = request.key
-            gpu = self.gpu.take(key)
-            self.gpu.shrink(self.capacity - self.reserved)
-            top = session - 1  # the last prompt token is always computed, for its logits
+            self.lru.shrink(self.capacity - self.reserved)
+            self.running.append(request)
+            prompt = sum(n for _, n in segments)
+            request.prompt_now = prompt
+            top = prompt - 1  # the last prompt token is always computed, for its logits
             gpu = min(gpu, top)
             cpu = disk = 0
             if self.cpu is not None:
-                cpu = max(0, min(self.cpu.cached(key), top) - gpu)
+                cpu = max(0, min(chain_hit(self.cpu, segments), top) - gpu)
             read_by = self.env.now
             if self.disk is not None:
-                disk = max(0, min(self.disk.cache.cached(key), top) - gpu - cpu)
+                disk = max(0, min(chain_hit(self.disk.cache, segments), top) - gpu - cpu)
                 if disk:
                     read_by = self.disk.done_at(self.env.now, disk)
-                    if self.load_aware and read_by - self.env.now >= self._compute(
-                        disk, self.system + gpu + cpu
-                    ):
+                    if self.load_aware and read_by - self.env.now >= self._compute(disk, gpu + cpu):
                         disk = 0  # the queue is too long: computing the part is sooner
                     else:
                         self.disk.free_at = read_by - self.disk.p99
-            request.hits = (gpu + self.system, cpu, disk)
-            request.position = self.system + gpu + cpu + disk
+            if not request.queries:
+                request.hits = (gpu, cpu, disk)
+            request.queries += prompt
+            request.gpu_hits += gpu
+            if self.cpu is not None:
+                request.external_queries += prompt - gpu
+                request.external_hits += cpu + disk
+            request.position = gpu + cpu + disk
             if cpu or disk:
-                self.env.process(self.restore(request, cpu, disk, read_by if disk else 0.0))
+                request.restoring = True
+                self.env.process(self.restore(request, segments, cpu, disk, read_by))
             else:
                 self.start_prefill(request)
+
+    def _gpu_hit_and_need(self, segments: tuple[Segment, ...]) -> tuple[int, int]:
+        """(leading tokens the GPU prefix cache holds, tokens admission adds to `reserved`)."""
+        hit, need, whole = 0, 0, True
+        for key, tokens in segments:
+            pin = self.pins.get(key)
+            held = pin[1] if pin else self.lru.cached(key)
+            if whole:
+                got = min(held, tokens)
+                hit += got
+                whole = got == tokens
+            need += max(0, tokens - pin[1]) if pin else tokens
+        return hit, need
+
+    def _pin(self, segments: tuple[Segment, ...]) -> None:
+        for key, tokens in segments:
+            pin = self.pins.get(key)
+            if pin is None:
+                self.lru.take(key)  # its cached tokens are now in use (counted in reserved)
+                self.pins[key] = [1, tokens]
+            else:
+                pin[0] += 1
+                pin[1] = max(pin[1], tokens)
+
+    def _unpin(self, segments: tuple[Segment, ...], valid: int, output: int) -> None:
+        """Free a request's blocks; the first `valid` prompt tokens (and `output` after the
+        last segment) stay cached as free blocks."""
+        last = len(segments) - 1
+        for i, (key, tokens) in enumerate(segments):
+            pin = self.pins[key]
+            pin[0] -= 1
+            if pin[0] == 0:
+                del self.pins[key]
+                self.reserved -= pin[1]
+                keep = min(pin[1], max(0, valid)) + (output if i == last else 0)
+                if keep:
+                    self.lru.touch(key, keep)
+            valid -= tokens
+        self.lru.shrink(self.capacity - self.reserved)
 
     def _compute(self, tokens: int, start: int) -> float:
         """Seconds the GPUs take to prefill `tokens` after `start` cached ones, if idle."""
@@ -157,17 +250,19 @@ class Replica:
         pair = d.attention_seconds_per_token_pair
         return tokens * (d.prefill_seconds_per_token + pair * (start + tokens / 2))
 
-    def restore(self, request: Request, cpu: int, disk: int, read_by: float) -> Process:
+    def restore(
+        self, request: Request, segments: tuple[Segment, ...], cpu: int, disk: int, read_by: float
+    ) -> Process:
         """Copy the CPU and disk parts of a prefix to the GPU; the GPU computes meanwhile."""
         d = self.d
-        held = request.position - self.system
         if disk:
             assert self.disk is not None
-            self.disk.cache.touch(request.key, held)
+            store_chain(self.disk.cache, segments, request.position)
             yield self.env.timeout(read_by - self.env.now)
         if self.cpu is not None:  # disk reads are staged through the CPU tier
-            self.cpu.touch(request.key, held)
+            store_chain(self.cpu, segments, request.position)
         yield self.env.timeout((cpu + disk) * d.bytes_per_token / d.host_link_bytes_per_second)
+        request.restoring = False
         self.start_prefill(request)
 
     def start_prefill(self, request: Request) -> None:
@@ -179,11 +274,13 @@ class Replica:
         d = self.d
         env = self.env
         while True:
-            if not self.prefilling and not self.decoding:
+            if not self.prefilling and not self.decoders:
                 self.wake = env.event()
                 yield self.wake
                 continue
-            decoders = len(self.decoding)
+            while self.reserved + self.decoders > self.capacity and self._preempt():
+                pass
+            decoders = self.decoders
             budget = self.budget - decoders
             chunks: list[tuple[Request, int]] = []
             compute = decoders * d.prefill_seconds_per_token
@@ -191,50 +288,105 @@ class Replica:
             for request in self.prefilling:
                 if budget <= 0:
                     break
-                n = min(request.prompt - request.position, budget)
+                n = min(request.prompt_now - request.position, budget)
                 budget -= n
                 chunks.append((request, n))
                 compute += n * (
                     d.prefill_seconds_per_token
                     + d.attention_seconds_per_token_pair * (request.position + n / 2)
                 )
-            memory = d.decode_step_seconds + self.decode_context * d.kv_read_seconds_per_token
+            tokens = self.budget - budget
+            memory = (
+                d.weight_read_seconds(tokens) + self.decode_context * d.kv_read_seconds_per_token
+            )
             yield env.timeout(max(compute, memory))
             self.steps += 1
             self.decode_context += decoders
+            self.reserved += decoders  # each decoder's next token takes a slot
+            self.lru.shrink(self.capacity - self.reserved)
             while self.decoding and self.decoding[0][0] <= self.steps:
-                self.finish(heapq.heappop(self.decoding)[2])
+                _, _, epoch, request = heapq.heappop(self.decoding)
+                if epoch == request.epoch:
+                    self.finish(request)
             for request, n in chunks:
                 request.position += n
-                if request.position == request.prompt:
+                if request.position == request.prompt_now:
                     self.prefilling.remove(request)
                     self.prefilled(request)
             self.admit()
 
+    def _preempt(self) -> bool:
+        """Preempt the latest admitted running request; False if none can be."""
+        for request in reversed(self.running):
+            if request.restoring:
+                continue  # its copies are under way
+            segments = request.schedule_segments()
+            if request.decode_start >= 0:
+                made = self._made(request)
+                self._stop_decoding(request, made)
+                self.reserved -= made
+                self._unpin(segments, request.prompt_now, made)
+                request.produced += made
+            else:
+                self.prefilling.remove(request)
+                self._unpin(segments, request.position, 0)
+            self.running.remove(request)
+            request.epoch += 1
+            request.decode_start = -1
+            request.preemptions += 1
+            self.stats.preemptions += 1
+            self.waiting.appendleft(request)
+            return True
+        return False
+
+    def _made(self, request: Request) -> int:
+        """Output tokens this schedule has produced: the prefill's, then one per step."""
+        return 1 + self.steps - request.decode_start
+
+    def _stop_decoding(self, request: Request, made: int) -> None:
+        self.decoders -= 1
+        self.decode_context -= request.prompt_now + made
+
     def prefilled(self, request: Request) -> None:
-        """The first token is out: store the prompt's blocks, decode the rest."""
-        request.first_token = self.env.now
-        session = request.prompt - self.system
+        """A token is out: store the prompt's blocks, decode the rest."""
+        if request.first_token < 0:
+            request.first_token = self.env.now
+        segments = request.schedule_segments()
         if self.cpu is not None:
-            self.cpu.touch(request.key, session)
+            store_chain(self.cpu, segments, request.prompt_now)
             if self.disk is not None:
-                self.disk.cache.touch(request.key, session)
-        if request.output == 1:
+                store_chain(self.disk.cache, segments, request.prompt_now)
+        self.reserved += 1
+        request.decode_start = self.steps
+        left = request.output - request.produced - 1
+        if left <= 0:
             self.finish(request)
             return
         self.order += 1
-        self.decode_context += request.prompt + 1
-        heapq.heappush(self.decoding, (self.steps + request.output - 1, self.order, request))
+        self.decoders += 1
+        self.decode_context += request.prompt_now + 1
+        heapq.heappush(self.decoding, (self.steps + left, self.order, request.epoch, request))
 
     def finish(self, request: Request) -> None:
         request.finished = self.env.now
-        if request.output > 1:
-            self.decode_context -= request.prompt + request.output
-        self.reserved -= request.need
-        self.gpu.touch(request.key, request.need)
-        self.gpu.shrink(self.capacity - self.reserved)
+        made = self._made(request)
+        if request.output - request.produced > 1:
+            self._stop_decoding(request, made)
+        segments = request.schedule_segments()
+        self.reserved -= made
+        self._unpin(segments, request.prompt_now, made)
+        if self.cpu is not None and not self.prompt_only:  # the output's blocks too
+            key, tokens = segments[-1]
+            with_output = (*segments[:-1], (key, tokens + made))
+            store_chain(self.cpu, with_output, request.prompt_now + made)
+            if self.disk is not None:
+                store_chain(self.disk.cache, with_output, request.prompt_now + made)
+        self.running.remove(request)
+        request.produced += made
         self.stats.record(request)
-        request.done.succeed()
+        if request.done is not None:
+            request.done.succeed()
+        self.admit()
 
 
 def run_scenario(
@@ -264,8 +416,19 @@ def run_scenario(
         )
         for _ in range(config.replicas)
     ]
-    for slot in range(config.workload.sessions):
-        env.process(_sessions(env, config, replicas, slot))
+    router = Router(config, replicas, derived.block_tokens)
+    w = config.workload
+    if isinstance(w, Workload):
+        for slot in range(w.sessions):
+            env.process(_sessions(env, config, w, router, slot))
+    elif isinstance(w, SharedPrefix):
+        if w.stages is not None:
+            env.process(_open_loop_groups(env, config, w, router))
+        else:
+            for client in range(w.concurrency):
+                env.process(_closed_loop_groups(env, config, w, router, client))
+    else:
+        env.process(_replay(env, w, router))
     for step in range(1, PROGRESS_STEPS + 1):
         env.run(until=config.duration_seconds * step / PROGRESS_STEPS)
         if progress is not None:
@@ -274,29 +437,68 @@ def run_scenario(
 
 
 def _sessions(
-    env: simpy.Environment, config: SimConfig, replicas: list[Replica], slot: int
+    env: simpy.Environment, config: SimConfig, w: Workload, router: Router, slot: int
 ) -> Process:
     """One agent: session after session, turn after turn; the draws depend on the seed only."""
-    w = config.workload
     rng = random.Random(f"{config.seed}/{slot}")
     span = w.end_tokens - w.start_tokens
+    replicas = len(router.replicas)
     # The first session starts somewhere in its life, so that contexts are spread at t=0.
     context = w.start_tokens + round(rng.random() * span)
     yield env.timeout(rng.random() * max(w.think_seconds, 1.0))
     session = 0
     while True:
         session += 1
-        key = slot * 1_000_000 + session
-        home = rng.randrange(len(replicas))
+        key = ("session", slot, session)
+        home = rng.randrange(replicas)
         while context <= w.end_tokens:
             output = max(1, round(rng.expovariate(1 / w.output_tokens)))
             tool = round(rng.expovariate(1 / w.tool_tokens)) if w.tool_tokens else 0
             think = rng.expovariate(1 / w.think_seconds) if w.think_seconds else 0.0
-            pick = rng.randrange(len(replicas))
-            replica = replicas[home if config.routing == "sticky" else pick]
-            request = Request(key, context, output, env.now, env.event())
-            replica.submit(request)
-            yield request.done
+            pick = rng.randrange(replicas)
+            segments: tuple[Segment, ...] = (
+                ((SYSTEM, w.system_prompt_tokens), (key, context - w.system_prompt_tokens))
+                if w.system_prompt_tokens
+                else ((key, context),)
+            )
+            done = env.event()
+            request = Request(segments, output, env.now, key, done)
+            router.route(request, random_pick=pick, home=home)
+            yield done
             context += output + tool
             yield env.timeout(think)
         context = w.start_tokens
+
+
+def _group_request(env: simpy.Environment, w: SharedPrefix, rng: random.Random) -> Request:
+    group, question = rng.randrange(w.groups), rng.randrange(w.questions)
+    return Request(w.segments(group, question), w.output_tokens, env.now, ("group", group))
+
+
+def _open_loop_groups(
+    env: simpy.Environment, config: SimConfig, w: SharedPrefix, router: Router
+) -> Process:
+    """Poisson arrivals stage by stage: nobody waits for an answer before the next request."""
+    assert w.stages is not None
+    rng = random.Random(f"{config.seed}/arrivals")
+    for at in poisson_arrivals(w.stages, rng):
+        yield env.timeout(at - env.now)
+        router.route(_group_request(env, w, rng))
+
+
+def _closed_loop_groups(
+    env: simpy.Environment, config: SimConfig, w: SharedPrefix, router: Router, client: int
+) -> Process:
+    """One of `concurrency` clients: the next request as soon as the last one is answered."""
+    rng = random.Random(f"{config.seed}/client/{client}")
+    while True:
+        request = _group_request(env, w, rng)
+        request.done = done = env.event()
+        router.route(request)
+        yield done
+
+
+def _replay(env: simpy.Environment, trace: Trace, router: Router) -> Process:
+    for item in trace.requests:
+        yield env.timeout(item.arrival - env.now)
+        router.route(Request(item.segments, item.output_tokens, env.now, item.affinity))

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kvtier.simulate.config import SimConfig
-from kvtier.simulate.engine import Progress, Stats, run_scenario
+from kvtier.simulate.config import SimConfig, Workload
+from kvtier.simulate.engine import Progress, Request, Stats, run_scenario
 from kvtier.simulate.setup import Derived, derive
+from kvtier.simulate.workload import SharedPrefix, Stages, Trace
 
 TIERS = ("gpu", "cpu", "disk", "recompute")
 
@@ -23,6 +25,9 @@ class ScenarioResult:
     ttft_p50: float
     ttft_p99: float
     hit_ratios: dict[str, float]  # prompt tokens served by each tier (recompute: by none)
+    counters: dict[str, int]  # as vLLM's prefix_cache_* and external_prefix_cache_* count
+    preemptions: int
+    stages: tuple[dict[str, float], ...]  # per arrival stage of an open-loop sweep
     throughput_ratio: float  # against the first scenario (tiers off)
     ttft_ratio: float
 
@@ -36,6 +41,9 @@ class ScenarioResult:
             "ttftP50Seconds": self.ttft_p50,
             "ttftP99Seconds": self.ttft_p99,
             "hitRatios": self.hit_ratios,
+            "counters": self.counters,
+            "preemptions": self.preemptions,
+            "stages": list(self.stages),
             "throughputRatio": self.throughput_ratio,
             "ttftRatio": self.ttft_ratio,
         }
@@ -60,6 +68,9 @@ class Simulation:
             "gpu": c.gpu.name,
             "replicas": c.replicas,
             "routing": c.routing,
+            "routerWeights": list(c.router_weights),
+            "lruCapacityPerServer": c.lru_capacity_per_server,
+            "offloadPromptOnly": c.offload_prompt_only,
             "restorePolicy": c.restore_policy,
             "disk": None
             if disk is None
@@ -69,14 +80,7 @@ class Simulation:
                 "bandwidthBytesPerSecond": disk.bandwidth_bytes_per_second,
                 "shared": disk.shared,
             },
-            "workload": {
-                "sessions": w.sessions,
-                "averageContextTokens": w.average_context_tokens,
-                "systemPromptTokens": w.system_prompt_tokens,
-                "outputTokens": w.output_tokens,
-                "toolTokens": w.tool_tokens,
-                "thinkSeconds": w.think_seconds,
-            },
+            "workload": workload_dict(w),
             "durationSeconds": c.duration_seconds,
             "warmupSeconds": c.warmup_seconds,
             "seed": c.seed,
@@ -85,15 +89,49 @@ class Simulation:
         }
 
 
+def workload_dict(w: Workload | SharedPrefix | Trace) -> dict[str, Any]:
+    if isinstance(w, Workload):
+        return {
+            "shape": "agentic",
+            "sessions": w.sessions,
+            "averageContextTokens": w.average_context_tokens,
+            "systemPromptTokens": w.system_prompt_tokens,
+            "outputTokens": w.output_tokens,
+            "toolTokens": w.tool_tokens,
+            "thinkSeconds": w.think_seconds,
+        }
+    if isinstance(w, SharedPrefix):
+        return {
+            "shape": "shared-prefix",
+            "groups": w.groups,
+            "questions": w.questions,
+            "prefixTokens": w.prefix_tokens,
+            "questionTokens": w.question_tokens,
+            "outputTokens": w.output_tokens,
+            "rates": list(w.stages.rates) if w.stages else None,
+            "stageSeconds": w.stages.seconds if w.stages else None,
+            "concurrency": w.concurrency or None,
+        }
+    return {"shape": "trace", "source": w.source, "requests": len(w.requests)}
+
+
 def simulate(config: SimConfig, progress: Progress | None = None) -> Simulation:
     """All of config.scenarios on the same seeded workload; ratios against the first."""
     derived = derive(config)
     window = config.duration_seconds - config.warmup_seconds
+    stages = config.workload.stages if isinstance(config.workload, SharedPrefix) else None
     summaries = [
-        _summary(s, run_scenario(config, derived, s, progress), config.duration_seconds, window)
+        _summary(
+            s, run_scenario(config, derived, s, progress), config.duration_seconds, window, stages
+        )
         for s in config.scenarios
     ]
     base = summaries[0]
+    for s in summaries:
+        for stage, first in zip(s["stages"], base["stages"], strict=True):
+            stage["throughputRatio"] = _ratio(
+                stage["outputTokensPerSecond"], first["outputTokensPerSecond"]
+            )
     results = tuple(
         ScenarioResult(
             **s,
@@ -107,8 +145,10 @@ def simulate(config: SimConfig, progress: Progress | None = None) -> Simulation:
     return Simulation(config, derived, results)
 
 
-def _summary(scenario: str, stats: Stats, end: float, window: float) -> dict[str, Any]:
-    done = [r for r in stats.requests if r.finished <= end]
+def _summary(
+    scenario: str, stats: Stats, end: float, window: float, stages: Stages | None
+) -> dict[str, Any]:
+    done = [r for r in stats.requests if 0 <= r.finished <= end]
     ttfts = sorted(r.first_token - r.arrival for r in done)
     prompt = sum(r.prompt for r in done) or 1
     hits = [sum(r.hits[i] for r in done) for i in range(3)]
@@ -125,7 +165,35 @@ def _summary(scenario: str, stats: Stats, end: float, window: float) -> dict[str
         "hit_ratios": {
             name: round(value, 4) for name, value in zip(TIERS, [*ratios, recomputed], strict=True)
         },
+        "counters": {
+            "prefix_cache_queries": sum(r.queries for r in done),
+            "prefix_cache_hits": sum(r.gpu_hits for r in done),
+            "external_prefix_cache_queries": sum(r.external_queries for r in done),
+            "external_prefix_cache_hits": sum(r.external_hits for r in done),
+        },
+        "preemptions": stats.preemptions,
+        "stages": tuple(_stages(done, stages)) if stages else (),
     }
+
+
+def _stages(done: list[Request], stages: Stages) -> Iterator[dict[str, float]]:
+    """Per stage, the requests that arrived in it: output tokens/s from the stage's start
+    to the last of them finishing, and their mean TTFT (as llm-d-benchmark reports)."""
+    by_stage: list[list[Request]] = [[] for _ in stages.rates]
+    for r in done:
+        by_stage[stages.stage(r.arrival)].append(r)
+    for index, (rate, requests) in enumerate(zip(stages.rates, by_stage, strict=True)):
+        start = index * stages.seconds
+        span = max((r.finished for r in requests), default=start) - start
+        ttft = statistics.fmean(r.first_token - r.arrival for r in requests) if requests else 0.0
+        yield {
+            "rate": rate,
+            "requests": len(requests),
+            "outputTokensPerSecond": round(sum(r.output for r in requests) / span, 1)
+            if span > 0
+            else 0.0,
+            "ttftMeanSeconds": round(ttft, 3),
+        }
 
 
 def _quantile(ordered: list[float], q: float) -> float:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvtier.simulate.config import SimConfig
+from kvtier.simulate.config import SimConfig, Workload
+from kvtier.simulate.workload import SharedPrefix, Trace
 from kvtier.sizing import SizingError, SizingInput, SizingPlan, plan, resolve_geometry
 
 GQA_GROUP = 8  # query heads per KV head when the caller does not say (Llama 3 70B/405B)
@@ -20,16 +21,26 @@ class Derived:
     """The event model's inputs; tokens are whole offload blocks where they are capacities."""
 
     sizing: SizingPlan
-    bytes_per_token: int  # server-wide
+    bytes_per_token: int  # server-wide, as stored: sliding-window layers keep their window
     block_tokens: int
     gpu_kv_tokens: int  # per replica
     cpu_tokens: int  # per replica
     disk_tokens: int  # per replica (NVMe) or shared by all (CephFS, ObjectStore)
     prefill_seconds_per_token: float  # linear layers, at zero context
     attention_seconds_per_token_pair: float  # each new token × each token it attends to
-    decode_step_seconds: float  # weight reads of one decode step
+    decode_step_seconds: float  # weight reads of one decode step (dense: all weights)
+    expert_read_seconds: float  # of which a mixture of experts' routed experts, all read
+    expert_share: float  # experts one token routes to ÷ experts (0: dense)
     kv_read_seconds_per_token: float  # reading one token's KV in a decode step
     host_link_bytes_per_second: float  # all GPUs of a replica
+
+    def weight_read_seconds(self, tokens: int) -> float:
+        """HBM time to read the weights a step of `tokens` tokens needs: a mixture of experts
+        reads only the experts its tokens route to (each token picks its own, uniformly)."""
+        if not self.expert_share:
+            return self.decode_step_seconds
+        touched = 1 - (1 - self.expert_share) ** tokens
+        return self.decode_step_seconds - self.expert_read_seconds * (1 - touched)
 
     def as_dict(self) -> dict[str, float | int]:
         return {
@@ -40,7 +51,7 @@ class Derived:
             "cpuBytesToUse": self.sizing.sizing.cpu_bytes_to_use,
             "diskTierTokens": self.disk_tokens,
             "prefillTokensPerSecond": round(1 / self.prefill_seconds_per_token, 1),
-            "decodeTokensPerSecond": round(1 / self.decode_step_seconds, 1),
+            "decodeTokensPerSecond": round(1 / self.weight_read_seconds(1), 1),
         }
 
 
@@ -48,22 +59,28 @@ def derive(config: SimConfig) -> Derived:
     config.validate()
     geometry = resolve_geometry(config.model)
     w = config.workload
-    longest = w.end_tokens + w.output_tokens
+    output = _mean_output(w)
+    longest = w.longest_prompt + output
     if geometry.max_position_embeddings and longest > geometry.max_position_embeddings:
+        grows = (
+            f"sessions grow to {1 + w.context_spread:g} × the average, "
+            if isinstance(w, Workload)
+            else "the longest prompt is "
+        )
         raise SizingError(
-            "averageContextTokens",
-            f"sessions grow to {1 + w.context_spread:g} × the average, {longest:,} tokens with "
-            f"the output, above {config.model}'s maximum of "
+            _CONTEXT_FIELD[type(w)],
+            f"{grows}{longest:,} tokens with the output, above {config.model}'s maximum of "
             f"{geometry.max_position_embeddings:,} (max_position_embeddings)",
         )
     gpus = config.tensor_parallel_size
     gpu = config.gpu
-    weights = round(config.parameters * config.weight_bytes)
+    weights = config.weights_bytes or round(config.parameters * config.weight_bytes)
+    context, sessions = _sizing_shape(w)
     sizing = plan(
         SizingInput(
             geometry=geometry,
-            average_context_tokens=w.average_context_tokens,
-            concurrent_sessions=w.sessions,
+            average_context_tokens=context,
+            concurrent_sessions=sessions,
             replicas=config.replicas,
             tensor_parallel_size=gpus,
             kv_cache_dtype=config.kv_cache_dtype,
@@ -77,15 +94,17 @@ def derive(config: SimConfig) -> Derived:
             model_weights_bytes=weights,
         )
     )
-    per_token = sizing.sizing.bytes_per_token
+    # What a token's KV takes once sliding-window layers keep only their window: the sizing
+    # engine's bytes of an average context, per token of it.
+    per_token = max(1, -(-sizing.sizing.context_bytes // context))
     usable = gpus * (gpu.memory_bytes * config.gpu_memory_utilization - config.gpu_reserved_bytes)
     gpu_kv = _whole_blocks((usable - weights) / per_token, config.block_tokens)
-    if gpu_kv < w.end_tokens + w.output_tokens:
+    if gpu_kv < longest:
         raise SizingError(
             "parameters",
             f"{gpus} GPUs leave {max(gpu_kv, 0):,} tokens of KV cache after "
-            f"{weights / 1e9:,.0f} GB of weights, less than one {w.end_tokens:,}-token session "
-            "(check --params, --weight-bytes and --tp)",
+            f"{weights / 1e9:,.0f} GB of weights, less than the longest request's "
+            f"{longest:,} (check --params, --weight-bytes, --weights and --tp)",
         )
     disk_bytes = None
     if config.disk is not None:
@@ -93,18 +112,29 @@ def derive(config: SimConfig) -> Derived:
         if disk_bytes is None:  # an object store: a bucket is as large as the working set
             disk_bytes = sizing.sizing.working_set_bytes_all_replicas
     flops = gpus * gpu.peak_flops * gpu.prefill_flops_efficiency
+    # A mixture of experts computes with its active parameters only.
+    active = config.active_parameters or config.parameters
+    query_width = (config.query_heads or GQA_GROUP * geometry.kv_heads) * geometry.head_dim
+    # Causal attention: 2 matmuls (QKᵀ, PV) × 2 FLOPs per multiply-add, per layer; a sliding
+    # layer attends to its window only, a constant per token.
+    full_layers = geometry.attention_layers - geometry.sliding_layers
+    window = (geometry.sliding_window or 0) * geometry.sliding_layers
     prefill = (
         1 / config.prefill_tokens_per_second
         if config.prefill_tokens_per_second
-        else 2 * config.parameters / flops
+        else (2 * active + 4 * window * query_width) / flops
     )
-    query_width = (config.query_heads or GQA_GROUP * geometry.kv_heads) * geometry.head_dim
-    # Causal attention: 2 matmuls (QKᵀ, PV) × 2 FLOPs per multiply-add, per layer.
-    attention = 4 * geometry.attention_layers * query_width / flops
+    attention = 4 * full_layers * query_width / flops
     hbm = gpus * gpu.hbm_bytes_per_second * gpu.hbm_efficiency
     decode = (
         1 / config.decode_tokens_per_second if config.decode_tokens_per_second else weights / hbm
     )
+    expert_share = expert_read = 0.0
+    if config.experts and config.active_parameters and not config.decode_tokens_per_second:
+        # total = dense + experts; active = dense + experts × k/E: solve for the experts.
+        expert_share = config.experts_per_token / config.experts
+        routed = (config.parameters - config.active_parameters) / (1 - expert_share)
+        expert_read = decode * min(1.0, routed / config.parameters)
     return Derived(
         sizing=sizing,
         bytes_per_token=per_token,
@@ -117,9 +147,30 @@ def derive(config: SimConfig) -> Derived:
         prefill_seconds_per_token=prefill,
         attention_seconds_per_token_pair=attention,
         decode_step_seconds=decode,
+        expert_read_seconds=expert_read,
+        expert_share=expert_share,
         kv_read_seconds_per_token=per_token / hbm,
         host_link_bytes_per_second=gpus * gpu.host_link_bytes_per_second,
     )
+
+
+_CONTEXT_FIELD = {Workload: "averageContextTokens", SharedPrefix: "prefixTokens", Trace: "trace"}
+
+
+def _mean_output(w: Workload | SharedPrefix | Trace) -> int:
+    if isinstance(w, Trace):
+        return max(r.output_tokens for r in w.requests)
+    return w.output_tokens
+
+
+def _sizing_shape(w: Workload | SharedPrefix | Trace) -> tuple[int, int]:
+    """(average context, distinct contexts) for the sizing engine's working set."""
+    if isinstance(w, Workload):
+        return w.average_context_tokens, w.sessions
+    if isinstance(w, SharedPrefix):
+        return w.longest_prompt, w.groups
+    prompts = [sum(n for _, n in r.segments) for r in w.requests]
+    return max(1, sum(prompts) // len(prompts)), len({r.affinity for r in w.requests})
 
 
 def _whole_blocks(tokens: float, block_tokens: int) -> int:

@@ -1,0 +1,240 @@
+"""kvtier simulate beyond agentic sessions: open-loop stages, shared prefixes, trace replay,
+routing policies, the MoE compute model, preemption and vLLM's hit counters."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from kvtier.simulate import SimConfig, Simulation, derive, simulate
+from kvtier.simulate.engine import run_scenario
+from kvtier.simulate.workload import SharedPrefix, Stages, Trace, read_trace
+from kvtier.sizing import SizingError
+
+GiB = 1 << 30
+
+
+def _small(workload: SharedPrefix | Trace, **changes: object) -> SimConfig:
+    """Llama 3.1 8B on one H100 per replica: quick to simulate."""
+    base = SimConfig(
+        model="llama-3.1-8b",
+        parameters=8.03e9,
+        tensor_parallel_size=1,
+        replicas=4,
+        cpu_bytes=64 * GiB,
+        disk=None,
+        workload=workload,
+        duration_seconds=400.0,
+        warmup_seconds=0.0,
+        scenarios=("none", "cpu"),
+    )
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def _groups(
+    rates: tuple[float, ...] = (4.0,), seconds: float = 100.0, groups: int = 40
+) -> SharedPrefix:
+    return SharedPrefix(
+        groups=groups, questions=5, prefix_tokens=6_000, question_tokens=200, output_tokens=100,
+        stages=Stages(rates, seconds),
+    )  # fmt: skip
+
+
+def test_open_loop_arrivals_follow_each_stages_rate() -> None:
+    config = _small(_groups((2.0, 8.0), 100.0), scenarios=("none",))
+    stages = simulate(config).results[0].stages
+    assert [s["rate"] for s in stages] == [2.0, 8.0]
+    for stage in stages:
+        expected = stage["rate"] * 100
+        assert abs(stage["requests"] - expected) < 4 * expected**0.5  # Poisson counts
+
+
+def test_open_loop_queues_grow_past_any_concurrency_when_overloaded() -> None:
+    # One replica, offered far more than it serves: the queue (and TTFT) grows stage by
+    # stage, which a closed loop of clients can never show.
+    config = _small(_groups((1.0, 40.0), 60.0), replicas=1, scenarios=("none",))
+    result = simulate(dataclasses.replace(config, duration_seconds=600.0))
+    calm, overload = result.results[0].stages
+    assert overload["ttftMeanSeconds"] > 20 * max(calm["ttftMeanSeconds"], 0.05)
+    groups = _groups()
+    closed = dataclasses.replace(
+        config, workload=dataclasses.replace(groups, stages=None, concurrency=8)
+    )
+    assert simulate(closed).results[0].ttft_mean < overload["ttftMeanSeconds"] / 4
+
+
+def _hit(result: Simulation, scenario: str = "none") -> float:
+    return result.by_scenario(scenario).hit_ratios["gpu"]
+
+
+def test_prefix_aware_routing_keeps_groups_together_and_random_scatters_them() -> None:
+    # 200 prefixes of 6,000 tokens: three times one replica's GPU cache, within four.
+    config = _small(_groups((6.0,), 200.0, groups=200))
+    prefix = simulate(dataclasses.replace(config, routing="prefix"))
+    scattered = simulate(dataclasses.replace(config, routing="random"))
+    sticky = simulate(dataclasses.replace(config, routing="sticky"))
+    assert _hit(prefix) > _hit(scattered) + 0.2
+    assert _hit(sticky) > _hit(scattered) + 0.2
+
+
+def test_a_router_index_smaller_than_hbm_forgets_prefixes_the_gpus_still_hold() -> None:
+    config = _small(_groups((6.0,), 200.0, groups=200), routing="prefix")
+    full = simulate(config)
+    forgetful = simulate(dataclasses.replace(config, lru_capacity_per_server=200))  # 3,200 tokens
+    assert _hit(forgetful) < _hit(full) - 0.1
+
+
+def test_round_robin_spreads_requests_evenly() -> None:
+    config = _small(_groups((4.0,), 100.0), routing="round-robin", scenarios=("none",))
+    derived = derive(config)
+    seen: list[int] = []
+    from kvtier.simulate import engine
+
+    original = engine.Replica.submit
+
+    def record(self: engine.Replica, request: engine.Request) -> None:
+        seen.append(id(self))
+        original(self, request)
+
+    engine.Replica.submit = record  # type: ignore[method-assign]
+    try:
+        run_scenario(config, derived, "none")
+    finally:
+        engine.Replica.submit = original  # type: ignore[method-assign]
+    counts = sorted(seen.count(r) for r in set(seen))
+    assert len(counts) == 4 and counts[-1] - counts[0] <= 1
+
+
+def test_counters_are_vllms_queries_and_hits() -> None:
+    result = simulate(_small(_groups((4.0,), 100.0, groups=200), routing="random"))
+    none, cpu = result.by_scenario("none"), result.by_scenario("cpu")
+    c = none.counters
+    per_request = 6_000 + 200
+    assert c["prefix_cache_queries"] == none.requests * per_request  # no preemption here
+    assert 0 < c["prefix_cache_hits"] < c["prefix_cache_queries"]
+    assert c["external_prefix_cache_queries"] == 0  # no connector, no external lookups
+    e = cpu.counters
+    assert e["external_prefix_cache_queries"] == e["prefix_cache_queries"] - e["prefix_cache_hits"]
+    assert 0 < e["external_prefix_cache_hits"] <= e["external_prefix_cache_queries"]
+
+
+def test_preemption_recomputes_and_every_request_still_completes() -> None:
+    # A GPU cache of a few requests and long outputs: decoding outgrows it and vLLM preempts.
+    workload = SharedPrefix(
+        groups=200, questions=1, prefix_tokens=3_000, question_tokens=100, output_tokens=3_000,
+        concurrency=24,
+    )  # fmt: skip
+    config = _small(
+        workload,
+        replicas=1,
+        gpu_memory_utilization=0.33,
+        scenarios=("none",),
+        duration_seconds=900.0,
+        max_num_seqs=64,
+    )
+    result = simulate(config).results[0]
+    assert result.preemptions > 0
+    assert result.requests > 24
+    # A preempted request is queried again: more queries than prompt tokens.
+    assert result.counters["prefix_cache_queries"] > result.requests * 3_100
+
+
+def test_moe_prefill_counts_active_parameters_and_decode_reads_only_routed_experts() -> None:
+    dense = SimConfig(
+        model="gpt-oss-120b",
+        parameters=116.83e9,
+        weights_bytes=round(64.38 * GiB),
+        tensor_parallel_size=1,
+        disk=None,
+        workload=_groups(),
+        scenarios=("none", "cpu"),
+    )
+    moe = dataclasses.replace(dense, active_parameters=5.13e9, experts=128, experts_per_token=4)
+    d_dense, d_moe = derive(dense), derive(moe)
+    assert 1 / d_dense.prefill_seconds_per_token < 2_500  # all 117 B parameters: ~2.1K tok/s
+    assert 40_000 < 1 / d_moe.prefill_seconds_per_token < 50_000  # 5.1 B active: ~48K tok/s
+    one, batch = d_moe.weight_read_seconds(1), d_moe.weight_read_seconds(512)
+    assert one < batch / 10  # one token reads 4 of 128 experts; 512 tokens read nearly all
+    assert batch == pytest.approx(d_dense.weight_read_seconds(512), rel=0.01)
+
+
+def test_gpu_capacity_follows_gpu_memory_utilization_and_sliding_windows() -> None:
+    config = SimConfig(
+        model="gpt-oss-120b",
+        parameters=116.83e9,
+        weights_bytes=round(64.38 * GiB),
+        tensor_parallel_size=1,
+        disk=None,
+        workload=_groups(),
+        scenarios=("none", "cpu"),
+    )
+    low = derive(dataclasses.replace(config, gpu_memory_utilization=0.9))
+    high = derive(dataclasses.replace(config, gpu_memory_utilization=0.95))
+    assert high.gpu_kv_tokens > low.gpu_kv_tokens
+    # Half of gpt-oss's layers keep a 128-token window: about half of 73,728 B a token.
+    assert 36_864 < high.bytes_per_token < 38_000
+    assert high.sizing.sizing.bytes_per_token == 73_728
+
+
+def _write_trace(path: Path) -> None:
+    lines = []
+    for i in range(300):
+        lines.append(
+            {
+                "arrival": 600 - 2 * i,  # written newest first: replay sorts them
+                "prefix_id": f"doc-{i % 6}",
+                "prefix_tokens": 5_000,
+                "input_tokens": 5_300,
+                "output_tokens": 50,
+            }
+        )
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+
+
+def test_a_trace_replays_with_its_shared_prefixes(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    _write_trace(path)
+    trace = read_trace(path)
+    assert len(trace.requests) == 300
+    assert [r.arrival for r in trace.requests[:2]] == [0.0, 2.0]
+    assert trace.requests[0].segments[0] == (("prefix", "doc-5"), 5_000)
+    config = _small(trace, duration_seconds=900.0, routing="sticky")
+    result = simulate(config).by_scenario("none")
+    assert result.requests == 300
+    # Six documents, each held by its replica: nearly every prefix is a GPU hit.
+    assert result.hit_ratios["gpu"] > 0.85
+
+
+def test_a_mooncake_style_trace_with_block_hashes(tmp_path: Path) -> None:
+    path = tmp_path / "mooncake.jsonl"
+    rows = [
+        {"timestamp": 0, "input_length": 1_200, "output_length": 10, "hash_ids": [1, 2, 3]},
+        {"timestamp": 500, "input_length": 1_100, "output_length": 10, "hash_ids": [1, 2, 4]},
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    trace = read_trace(path, hash_block_tokens=512)
+    first, second = trace.requests
+    assert second.arrival == 0.5
+    assert first.segments[:2] == second.segments[:2]  # blocks 1 and 2 are shared
+    assert first.segments[2] != second.segments[2]
+    assert sum(n for _, n in first.segments) == 1_200
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"arrival": 1, "input_tokens": 10}', ":1: needs output_tokens or output_length"),
+        ('{"arrival": -1, "input_tokens": 10, "output_tokens": 1}', "arrival must be zero or"),
+        ("not json", ":1: not JSON"),
+        ('{"arrival": 0, "input_tokens": 1.5, "output_tokens": 1}', "input_tokens must be a whole"),
+    ],
+)
+def test_a_bad_trace_line_is_named(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(text + "\n")
+    with pytest.raises(SizingError) as err:
+        read_trace(path)
+    assert err.value.field == "trace" and message in err.value.message
