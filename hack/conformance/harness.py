@@ -13,7 +13,7 @@ What is vLLM's own code, and what is not:
   (use_mla), attention-layer count (get_num_layers_by_block_type), the cache dtype
   (kv_cache_dtype_str_to_dtype) and whether the hybrid KV cache manager stays on (VllmConfig's
   own post-init, with the kv-transfer-config attached).
-- THE ONE ASSEMBLED PART: a GPU model runner builds the per-layer dict
+- THE ASSEMBLED PART: a GPU model runner builds the per-layer dict
   {layer name: KVCacheSpec} by asking each Attention module of the constructed model
   (`get_kv_cache_spec`), which needs a GPU and the weights' model class. `layer_specs()` below
   builds that dict instead, from vLLM's spec classes FullAttentionSpec, SlidingWindowSpec and
@@ -23,10 +23,21 @@ What is vLLM's own code, and what is not:
   The KV cache layout (0.33) is then resolved by vLLM's resolve_kv_cache_layout with the
   layouts FLASH_ATTN (FLASHMLA for MLA) declares (`resolve_layout()`). Assumptions: the attention
   backend keeps the primary block size for sliding-window layers (FlashAttention on Hopper;
-  other backends may pick another sliding-window block), a layer slides when the text
-  config's `layer_types` says "sliding_attention" (gpt-oss, Gemma 3), and Nemotron NAS blocks
-  hold attention unless `no_op` (vLLM's own count, get_num_layers_by_block_type, counts
-  `replace_with_linear` blocks as attention too).
+  other backends may pick another sliding-window block), and a layer slides when the text
+  config's `layer_types` says "sliding_attention" (gpt-oss, Gemma 3).
+- Except for Nemotron NAS models (DeciLM `block_configs`: Nemotron-Ultra), whose per-layer dict
+  at TP 1 is vLLM's own: `model_layer_specs()` has vLLM's `initialize_model` construct the
+  model class vLLM's registry picks (nemotron_nas.py's DeciLMForCausalLM: attention for each
+  block unless `attention.no_op`, num_attention_heads // n_heads_in_group KV heads) on torch's
+  meta device (no weights, no memory), in a one-rank gloo process group, and asks every
+  attention layer it registered for its KVCacheSpec. While vLLM constructs the model, its
+  layers' kernel-op lookups (e.g. SiluAndMul's silu_and_mul) get the same never-called stand-in
+  as the capability queries below (listed in `stubbedKernelOps`). One process is one tensor-
+  parallel rank, so at TP 8 the layers are those the TP-1 model built, assembled as above with
+  vLLM's per-rank KV heads. Its config class is repository code that no registry serves:
+  nemotron_nas_config.py registers a narrow stand-in (its header says what it does and where
+  the config.json comes from); the record is `models[].vllmModel`, and a release whose model
+  code cannot build the model records the error there instead of cases.
 - get_global_kv_cache_groups / get_kv_cache_configs (or the release's equivalent) group the
   layers (hybrid manager on/off, padding), then build_offloading_config and
   OffloadingSpecFactory.create_spec build the CPU / tiering spec (chunk bytes with vLLM's
@@ -44,6 +55,9 @@ What is vLLM's own code, and what is not:
   compilation is off (enforce_eager, optimization level O0) and a checkpoint's weight
   `quantization_config` (fp8, mxfp4; it does not change the KV cache) is dropped from the
   config.json handed to vLLM (`models[].droppedQuantization`).
+- `provenance` names the vLLM wheel pip installed (name, sha256: from the virtualenv's pip
+  install report), the sha256 of every harness source, and `bodySha256`, a hash of the rest of
+  the file (golden_provenance.py); tests/unit/test_vllm_conformance.py checks all three.
 - `contextBytes[N]` combines vLLM's numbers with one line of arithmetic (function
   `context_bytes`): every offloaded group stores floor(N / tokens per chunk) chunks (the
   offloading scheduler stores whole chunks only: `prompt_offloadable_tokens //
@@ -64,8 +78,10 @@ import io
 import json
 import logging
 import os
+import pathlib
 import platform
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -148,9 +164,12 @@ def _stub_missing_kernel_ops() -> None:
         try:
             return original(self, op_name)
         except AttributeError:
-            # Only capability queries ("..._supports_..."): `hasattr` probes of real kernels
-            # must keep failing, or vLLM registers fake implementations for them.
-            if "supports" not in op_name or not STUBBED or not self.name.startswith("_"):
+            # Only capability queries ("..._supports_..."), and any op while vLLM constructs a
+            # model (its layers keep their kernel ops for a forward that never runs here):
+            # other `hasattr` probes of real kernels must keep failing, or vLLM registers fake
+            # implementations for them.
+            wanted = "supports" in op_name or CONSTRUCTING_MODEL
+            if not wanted or not STUBBED or not self.name.startswith("_"):
                 raise
             STUBBED_OPS.add(f"{self.name}.{op_name}")
             return _MissingKernelOp(op_name)
@@ -160,6 +179,7 @@ def _stub_missing_kernel_ops() -> None:
 
 STUBBED: list[str] = []
 STUBBED_OPS: set[str] = set()
+CONSTRUCTING_MODEL = False  # set by model_layer_specs() while vLLM builds a model
 sys.meta_path.insert(0, _DriverlessExtensions())
 _stub_missing_kernel_ops()
 
@@ -187,6 +207,8 @@ class EmulatedH100(_cuda.NonNvmlCudaPlatform):  # type: ignore[misc]
 vllm.platforms.current_platform = EmulatedH100()
 EMULATED_PLATFORM = "vLLM CudaPlatform (non-NVML) answering as one H100 (sm90, 80 GiB)"
 
+import golden_provenance  # noqa: E402  (this directory: the script's own)
+import nemotron_nas_config  # noqa: E402
 from vllm.config import (  # noqa: E402
     CacheConfig,
     KVTransferConfig,
@@ -199,6 +221,8 @@ from vllm.config import (  # noqa: E402
 from vllm.v1 import kv_cache_interface as kvi  # noqa: E402
 
 from kvtier import sizing  # noqa: E402
+
+nemotron_nas_config.register()  # Nemotron-Ultra's config class (its header says why)
 
 GiB = 1 << 30
 CPU_BYTES_TO_USE = 64 * 10**9  # the study's CPU tier for Qwen and Gemma (64 GB)
@@ -380,9 +404,8 @@ def attention_layer_indices(mc: Any) -> tuple[list[int], set[int]]:
     """(layer indices holding KV, indices that slide), from the config vLLM loaded."""
     text = mc.hf_text_config
     total = mc.get_total_num_hidden_layers()
-    block_configs = getattr(mc.hf_config, "block_configs", None)
-    if block_configs is not None:  # Nemotron NAS: vLLM builds attention unless no_op
-        layers = [i for i, bc in enumerate(block_configs) if not _attr(bc.attention, "no_op")]
+    if is_nas(mc):  # the layers vLLM's own model code gave attention (built at TP 1)
+        layers = sorted(int(name.split(".")[2]) for name in NAS_TP1_SPECS[mc.model])
     else:
         layers = list(range(total))
     sliding: set[int] = set()
@@ -392,13 +415,98 @@ def attention_layer_indices(mc: Any) -> tuple[list[int], set[int]]:
     return layers, sliding
 
 
-def _attr(obj: Any, name: str) -> Any:
-    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+def is_nas(mc: Any) -> bool:
+    """A Nemotron NAS model (DeciLM block_configs): sized by vLLM's own model code."""
+    return getattr(mc.hf_config, "block_configs", None) is not None
+
+
+_PARALLEL_STATE: list[bool] = []
+
+
+def _one_rank_parallel_state(vc: Any) -> None:
+    """vLLM's distributed state for one process (TP 1, PP 1, gloo), made once per run."""
+    if _PARALLEL_STATE:
+        return
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+
+    with socket.socket() as probe:  # a free port for the one-rank rendezvous
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    init_distributed_environment(
+        world_size=1,
+        rank=0,
+        local_rank=0,
+        distributed_init_method=f"tcp://127.0.0.1:{port}",
+        backend="gloo",
+    )
+    with set_current_vllm_config(vc):
+        initialize_model_parallel(
+            **_kwargs(initialize_model_parallel, tensor_model_parallel_size=1)
+        )
+    _PARALLEL_STATE.append(True)
+
+
+def model_layer_specs(vc: Any) -> dict[str, Any]:
+    """vLLM's own per-layer specs: the model class its registry picks, built on the meta device.
+
+    vLLM's `initialize_model` constructs the model (DeciLMForCausalLM: nemotron_nas.py builds
+    attention for each block unless `attention.no_op`, with its own KV heads) on torch's meta
+    device, so no weight takes memory; then every attention layer registered in the config's
+    static forward context is asked for its KVCacheSpec, as GPUModelRunner.get_kv_cache_spec
+    asks it. One process is one tensor-parallel rank: this runs at TP 1 only.
+    """
+    global CONSTRUCTING_MODEL
+    import torch
+    from vllm.model_executor.model_loader.utils import initialize_model
+
+    try:
+        from vllm.config import get_layers_from_vllm_config
+    except ImportError:  # 0.24
+        from vllm.config.vllm import get_layers_from_vllm_config
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+    _one_rank_parallel_state(vc)
+    CONSTRUCTING_MODEL = True
+    try:
+        with torch.device("meta"), contextlib.redirect_stdout(io.StringIO()):
+            initialize_model(vc)
+    finally:
+        CONSTRUCTING_MODEL = False
+    specs: dict[str, Any] = {}
+    for name, layer in get_layers_from_vllm_config(vc, AttentionLayerBase).items():
+        spec = layer.get_kv_cache_spec(vc)
+        if spec is not None:
+            specs[name] = spec
+    return specs
+
+
+# model directory -> vLLM's own specs at TP 1 (nas_model_record, before the model's cases run)
+NAS_TP1_SPECS: dict[str, dict[str, Any]] = {}
+
+
+def nas_model_record(mc: Any) -> dict[str, Any]:
+    """What vLLM's own model code built for a NAS model (TP 1, --kv-cache-dtype auto)."""
+    vc = vllm_config(mc, 1, "auto", 16, None, cpu_transfer(CPU_BYTES_TO_USE, 16))
+    specs = model_layer_specs(vc)
+    NAS_TP1_SPECS[mc.model] = specs
+    kinds = sorted({type(s).__name__ for s in specs.values()})
+    return {
+        "totalLayers": mc.get_total_num_hidden_layers(),
+        "attentionLayers": len(specs),
+        "kvHeads": sorted({s.num_kv_heads for s in specs.values()}),
+        "headSize": sorted({s.head_size for s in specs.values()}),
+        "specs": kinds,
+        "attentionLayerIndices": sorted(int(n.split(".")[2]) for n in specs),
+        "maxPositionEmbeddings": mc.hf_text_config.max_position_embeddings,
+    }
 
 
 def layer_specs(vc: Any) -> dict[str, Any]:
     """ASSEMBLED: the per-layer {name: KVCacheSpec} a GPU model runner would report."""
     mc = vc.model_config
+    if is_nas(mc) and vc.parallel_config.tensor_parallel_size == 1:
+        return model_layer_specs(vc)  # vLLM's own, from its model code
     block = vc.cache_config.block_size
     dtype = _cache_torch_dtype(vc)
     heads = mc.get_num_kv_heads(vc.parallel_config)
@@ -749,12 +857,16 @@ def main() -> int:
     parser.add_argument("--output", required=True)
     parser.add_argument("--expect-version", help="fail unless this vLLM release is imported")
     parser.add_argument("--models", help="comma-separated subset (debugging)")
+    parser.add_argument(
+        "--install-report", required=True, help="pip's install report of this virtualenv"
+    )
     args = parser.parse_args()
     if args.expect_version and vllm.__version__ != args.expect_version:
         print(f"vLLM {vllm.__version__} imported, {args.expect_version} expected", file=sys.stderr)
         return 2
     logging.disable(logging.CRITICAL)  # vLLM logs what the harness records anyway
     started = time.monotonic()
+    sources = golden_provenance.harness_sources(pathlib.Path(REPO))
     wanted = set(args.models.split(",")) if args.models else None
     cases: list[dict[str, Any]] = []
     managers: list[dict[str, Any]] = []
@@ -782,6 +894,14 @@ def main() -> int:
                 )
                 continue
             record["architectures"] = list(getattr(mc.hf_config, "architectures", None) or [])
+            if is_nas(mc):
+                try:
+                    record["vllmModel"] = nas_model_record(mc)
+                except Exception as exc:  # the release cannot build it: pinned in the file
+                    record["error"] = f"{type(exc).__name__}: {_first_line(exc)}"
+                    if os.environ.get("KVTIER_CONFORMANCE_DEBUG"):
+                        traceback.print_exc()
+                    continue
             for tp in TP_SIZES:
                 for kv_dtype in KV_DTYPES:
                     for blocks in BLOCKS:
@@ -795,6 +915,11 @@ def main() -> int:
     document = {
         "provenance": {
             "vllm": vllm.__version__,
+            "vllmWheel": golden_provenance.wheel(pathlib.Path(args.install_report), "vllm"),
+            "harnessSources": {
+                "sha256": golden_provenance.combined_sha256(sources),
+                "files": sources,
+            },
             "torch": _version("torch"),
             "transformers": _version("transformers"),
             "python": platform.python_version(),
@@ -816,6 +941,7 @@ def main() -> int:
         "cases": cases,
         "managers": managers,
     }
+    document["provenance"]["bodySha256"] = golden_provenance.body_sha256(document)
     with open(args.output, "w", encoding="utf-8") as f:
         json.dump(document, f, indent=1, sort_keys=False)
         f.write("\n")

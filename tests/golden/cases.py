@@ -8,9 +8,11 @@ tests' own builders (tests/unit) and the examples: a change to those changes the
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from kvtier.policy.contract import Facts
@@ -25,6 +27,7 @@ from tests.unit.test_target_apps import deployment as workload
 from tests.unit.test_target_lws import lws
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+CONFIGS = Path(__file__).parent.parent / "fixtures" / "configs"
 TIER_UID = "00000000-0000-4000-8000-000000000001"
 H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}  # the example pools' selector
 
@@ -112,6 +115,7 @@ class Case:
     rivals: tuple[tuple[int, str, str], ...] = ()  # other Apply-mode tiers on the target
     # KServe's CRDs the API server serves the target's schema from; None: none could be read.
     crds: str | None = "full"
+    config_map: Mapping[str, Any] | None = None  # the ConfigMap spec.model.configMapRef names
 
 
 def facts(case: Case) -> Facts:
@@ -121,7 +125,7 @@ def facts(case: Case) -> Facts:
         tier=copy.deepcopy(dict(case.tier)),
         policy=None if case.policy is None else copy.deepcopy(dict(case.policy)),
         target=target,
-        config_map=None,
+        config_map=None if case.config_map is None else copy.deepcopy(dict(case.config_map)),
         nodes=copy.deepcopy(NODES),
         now=NOW,
         storage_classes=copy.deepcopy(STORAGE_CLASSES),
@@ -251,14 +255,32 @@ def refusals() -> Iterator[Case]:
     old = target("llmisvc-v1alpha2", "single")  # the image names a release kvtier lacks
     old["spec"]["template"]["containers"][0]["image"] = "vllm/vllm-openai:v0.30.0"
     yield Case("refused__unsupported-vllm-version", tier_for(old, cpu), old, policy())
-    nemotron = _yaml("targets/nemotron-llmisvc.yaml")  # NAS blocks only vLLM 0.24 builds
-    newer = tier_for(nemotron, cpu, model={"vllmVersion": "0.33"})
-    yield Case("refused__release-cannot-build-model", newer, nemotron, policy())
+    nemotron = _yaml("targets/nemotron-llmisvc.yaml")  # a NAS config only vLLM 0.24 builds
+    ref = {"name": "nas-linear", "key": "config.json"}
+    newer = tier_for(nemotron, cpu, model={"vllmVersion": "0.33", "configMapRef": ref})
+    yield Case(
+        "refused__release-cannot-build-model", newer, nemotron, policy(), config_map=_nas_linear()
+    )
     pool = tier_for(isvc, {"type": "NVMe", "nvme": {"pool": "nope"}})
     yield Case("refused__unknown-nvme-pool", pool, isvc, policy())
     yield Case("refused__no-policy-nvme", tier_for(isvc, DISKS["nvme-pv"]), isvc, None)
     s3 = tier_for(isvc, DISKS["s3-secret"])
     yield Case("refused__object-store-not-allowed", s3, isvc, policy(object_store_allowed=False))
+
+
+def _nas_linear() -> dict[str, Any]:
+    """A ConfigMap with Nemotron-Ultra's config.json, 15 no-op attention blocks made
+    replace_with_linear (a NAS layout vLLM 0.33's nemotron_nas.py cannot build)."""
+    config = json.loads((CONFIGS / "nemotron-ultra-253b.json").read_text(encoding="utf-8"))
+    no_op = [b["attention"] for b in config["block_configs"] if b["attention"]["no_op"]]
+    for attention in no_op[:15]:
+        attention.update(no_op=False, replace_with_linear=True)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "nas-linear", "namespace": "llm"},
+        "data": {"config.json": json.dumps(config)},
+    }
 
 
 def cases() -> list[Case]:

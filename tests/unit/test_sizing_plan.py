@@ -132,11 +132,14 @@ def test_hash_seed_only_where_the_release_needs_it() -> None:
 
 def test_linear_attention_blocks_refused_where_vllm_cannot_build_them() -> None:
     from kvtier.sizing import lookup_model
+    from kvtier.sizing.record import replace
 
-    nemotron = lookup_model("nemotron-ultra-253b")
-    plan(SizingInput(nemotron, 50_000, tensor_parallel_size=8))  # 0.24 builds it
+    # Nemotron-Ultra's own blocks are attention or no-op (both releases build it); a NAS
+    # layout with replace_with_linear attention blocks only 0.24's model code builds.
+    nas = replace(lookup_model("nemotron-ultra-253b"), linear_attention_blocks=15)
+    plan(SizingInput(nas, 50_000, tensor_parallel_size=8))  # 0.24 builds it
     with pytest.raises(SizingError) as exc:
-        plan(SizingInput(nemotron, 50_000, tensor_parallel_size=8, vllm_version="0.33.0"))
+        plan(SizingInput(nas, 50_000, tensor_parallel_size=8, vllm_version="0.33.0"))
     assert exc.value.field == "vllmVersion" and "replace_with_linear" in exc.value.message
 
 
