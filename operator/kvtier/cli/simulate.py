@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from kvtier.cli.base import Subparsers
     from kvtier.simulate import SimConfig, Simulation, Workload
+    from kvtier.simulate.calibrate import Calibration
     from kvtier.simulate.workload import SharedPrefix, Trace
 
 OUTPUTS = ("table", "json")
@@ -165,6 +166,14 @@ def register(subparsers: Subparsers) -> None:
     t.add_argument("--tier-p99", metavar="SECONDS", help="the disk tier's fio p99 per block")
     t.add_argument("--tier-bandwidth", metavar="RATE", help="the disk tier's bandwidth, 205MB/s")
     t.add_argument("--disk-size", metavar="SIZE", help="disk tier capacity (default: sizing)")
+    k = p.add_argument_group("a real tier")
+    k.add_argument(
+        "--tier",
+        metavar="NAMESPACE/NAME",
+        help="start from this KVCacheTier: its spec and the operator's measurements (probe "
+        "p99 and bandwidth, t_prefill, tier sizes); flags still override",
+    )
+    k.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG, then in-cluster)")
     r = p.add_argument_group("run")
     r.add_argument("--duration", metavar="SECONDS", help="simulated time (default 3600)")
     r.add_argument("--warmup", metavar="SECONDS", help="not measured (default 600)")
@@ -190,19 +199,40 @@ def run_simulate(args: argparse.Namespace) -> int:
     if args.plot:
         _check_plot(args.plot)  # before the run, not after it
     err = Console(file=sys.stderr)
+    calibration = None
     try:
-        config = sim_config(args)
+        if args.tier:
+            calibration = _calibrate(args.tier, args.kubeconfig)
+        config = sim_config(args, calibration.config if calibration else None)
         timeout = number(args.timeout, "--timeout")
         with _Progress(err, config.duration_seconds, len(config.scenarios), timeout) as progress:
             result = simulate(config, progress=progress.advance)
     except SizingError as exc:
         raise sizing_error(exc, _FLAGS, "simulate") from None
-    for warning in warnings(result):
+    doc = result.as_dict()
+    if calibration is not None:
+        doc["tier"] = args.tier
+        doc["inputs"] = [i.as_dict() for i in calibration.inputs]
+        doc["observed"] = calibration.observed
+        for i in calibration.inputs:
+            err.print(
+                f"simulate: {i.source:>8}: {i.name} = {i.value}"
+                + (f" ({i.where})" if i.where else ""),
+                highlight=False,
+                soft_wrap=True,
+            )
+    notes = warnings(result)
+    if calibration is not None and calibration.assumed():
+        notes.append(
+            f"assumed inputs: {', '.join(calibration.assumed())}; the prefill rate and the disk "
+            "tier's bandwidth move the results most (docs/simulator.md, sensitivity)"
+        )
+    for warning in notes:
         err.print(
             f"kvtier: warning: simulate: {warning}", style="yellow", highlight=False, soft_wrap=True
         )
     if args.output == "json":
-        json.dump(result.as_dict(), sys.stdout, indent=2)
+        json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         render(result, Console(file=sys.stdout))
@@ -211,6 +241,41 @@ def run_simulate(args: argparse.Namespace) -> int:
 
         write_plot(draw_simulation, result, args.plot)
     return 0
+
+
+def _calibrate(ref: str, kubeconfig: str | None) -> Calibration:
+    """The KVCacheTier NAMESPACE/NAME, read from the cluster, mapped onto a simulation."""
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config import ConfigException
+    from pydantic import ValidationError
+    from urllib3.exceptions import HTTPError
+
+    from kvtier.api.tier import KVCacheTier
+    from kvtier.kube.rest import Kube, load_client
+    from kvtier.names import API_VERSION
+    from kvtier.simulate import study_config
+    from kvtier.simulate.calibrate import from_tier
+
+    namespace, _, name = ref.partition("/")
+    if not namespace or not name or "/" in name:
+        raise CliError(f"simulate: --tier: {ref!r} is not NAMESPACE/NAME")
+    try:
+        kube = Kube(load_client(kubeconfig), timeout=10)
+        obj = kube.get(API_VERSION, "KVCacheTier", name, namespace)
+    except (ConfigException, OSError) as exc:
+        raise CliError(f"simulate: --kubeconfig: {exc}") from None
+    except (ApiException, HTTPError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise CliError(f"simulate: --tier: cannot read {ref}: {reason}", exit_code=1) from None
+    if obj is None:
+        raise CliError(f"simulate: --tier: no KVCacheTier {ref}")
+    try:
+        tier = KVCacheTier.model_validate(obj)
+    except ValidationError as exc:
+        raise CliError(
+            f"simulate: --tier: {ref} does not parse: {exc.errors()[0]['msg']}"
+        ) from None
+    return from_tier(tier, study_config(), ref)
 
 
 def _check_plot(path: str) -> None:
@@ -280,8 +345,8 @@ def warnings(result: Simulation) -> list[str]:
     return out
 
 
-def sim_config(args: argparse.Namespace) -> SimConfig:
-    """The study's setup with every flag the user gave applied on top.
+def sim_config(args: argparse.Namespace, base: SimConfig | None = None) -> SimConfig:
+    """The study's setup (or `base`, a real tier's) with every flag given applied on top.
 
     Every value is checked here, before the run, and an error names the flag that gave it.
     """
@@ -290,7 +355,7 @@ def sim_config(args: argparse.Namespace) -> SimConfig:
     from kvtier.simulate.workload import SharedPrefix, Trace
     from kvtier.sizing import find_model, normalize_disk_type, parse_bandwidth, parse_seconds
 
-    config = study_config()
+    config = base or study_config()
     changes: dict[str, Any] = {}
     if args.model:
         model = find_model(args.model).id
@@ -387,6 +452,11 @@ def sim_config(args: argparse.Namespace) -> SimConfig:
             )
     changes["disk"] = disk
 
+    if base is not None and not any(
+        getattr(args, f) is not None
+        for f in (*_AGENTIC, *_SHARED, "rate", "trace", "output_tokens")
+    ):
+        return dataclasses.replace(config, **changes)  # the tier's own workload
     workload = changes["workload"] = _workload(args, changes)
     if not isinstance(workload, Workload):
         # Open loop: the run is the sweep (or the trace) and a drain; all of it is measured.
