@@ -1,14 +1,15 @@
-"""Simulator speed: 10 simulated minutes of 64 agentic sessions, tiers on against tiers off.
+"""Simulator speed: 30 simulated minutes of 16 servers at 40 requests/s, tiers on and off.
 
-The goal (issue 23): the tiered run takes at most 10 s of wall time on this machine. Both runs
-are the study's setup with 64 sessions on one server; the tiers-off run is the baseline
-measured in the same process, so the ratio says what the tier models cost on top of the
-engine loop itself.
+The goal (issue S, item 7): the tiered run takes at most 10 s of wall time on this machine.
+Both runs are llm-d's gpt-oss-120b setup (kvtier.simulate.llmd_gpt_oss_config: 16 servers at
+TP 1, 250 groups × 5 questions of 16,256 tokens) at a constant 40 requests/s; the tiers-off
+run is the baseline measured in the same process, so the ratio says what the CPU tier model
+costs on top of the engine loop itself.
 
-    python bench/simulate.py [--runs 3] [--max-seconds 10]
+    python bench/simulate.py [--runs 3] [--minutes 30] [--max-seconds 10]
 
-Prints `tiers off: <s> s`, `cpu+disk: <s> s` and `ratio cpu+disk: <x>x tiers off` (medians
-over --runs); exits 1 when the tiered run's median exceeds --max-seconds (0 disables it).
+Prints `tiers off: <s> s`, `cpu: <s> s` and `ratio cpu: <x>x tiers off` (medians over
+--runs); exits 1 when the tiered run's median exceeds --max-seconds (0 disables it).
 """
 
 from __future__ import annotations
@@ -19,17 +20,21 @@ import statistics
 import sys
 import time
 
-from kvtier.simulate import SimConfig, Workload, study_config
+from kvtier.simulate import SimConfig, llmd_gpt_oss_config
 from kvtier.simulate.engine import run_scenario
 from kvtier.simulate.setup import derive
+from kvtier.simulate.workload import SharedPrefix, Stages
 
-MINUTES = 10
-SESSIONS = 64
+MINUTES = 30
+RATE = 40.0
 
 
 def config(minutes: float = MINUTES) -> SimConfig:
-    base = study_config(duration_seconds=60.0 * minutes, warmup_seconds=0.0)
-    return dataclasses.replace(base, workload=Workload(sessions=SESSIONS))
+    stages = Stages((RATE,), 60.0 * minutes)
+    return llmd_gpt_oss_config(
+        workload=dataclasses.replace(SharedPrefix(), stages=stages),
+        duration_seconds=60.0 * minutes,
+    )
 
 
 def time_scenario(cfg: SimConfig, scenario: str) -> tuple[float, int]:
@@ -46,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seconds", type=float, default=10.0)
     args = parser.parse_args(argv)
     cfg = config(args.minutes)
-    walls: dict[str, list[float]] = {"none": [], "cpu+disk": []}
+    walls: dict[str, list[float]] = {"none": [], "cpu": []}
     served: dict[str, int] = {}
     for _ in range(args.runs):
         for scenario in walls:  # interleaved, so a busy moment hits both alike
@@ -54,10 +59,10 @@ def main(argv: list[str] | None = None) -> int:
             walls[scenario].append(wall)
             served[scenario] = requests
     base = statistics.median(walls["none"])
-    tiered = statistics.median(walls["cpu+disk"])
+    tiered = statistics.median(walls["cpu"])
     print(f"tiers off: {base:.3f} s ({served['none']} requests)")
-    print(f"cpu+disk: {tiered:.3f} s ({served['cpu+disk']} requests)")
-    print(f"ratio cpu+disk: {tiered / base:.2f}x tiers off")
+    print(f"cpu: {tiered:.3f} s ({served['cpu']} requests)")
+    print(f"ratio cpu: {tiered / base:.2f}x tiers off")
     if args.max_seconds and tiered > args.max_seconds:
         print(f"FAIL: {tiered:.3f} s > {args.max_seconds:g} s", file=sys.stderr)
         return 1

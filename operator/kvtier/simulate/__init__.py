@@ -16,6 +16,7 @@ from kvtier.simulate.config import (
     DiskTier,
     SimConfig,
     Workload,
+    llmd_gpt_oss_config,
     study_config,
 )
 from kvtier.simulate.results import ScenarioResult, Simulation, simulate
@@ -37,6 +38,7 @@ __all__ = [
     "Simulation",
     "Workload",
     "derive",
+    "llmd_gpt_oss_config",
     "simulate",
     "study_config",
 ]

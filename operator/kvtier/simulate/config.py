@@ -231,6 +231,44 @@ def study_config(**overrides: object) -> SimConfig:
     return SimConfig(**{**base, **overrides})  # type: ignore[arg-type]
 
 
+# llm-d's tiered-prefix-cache benchmark (guides/tiered-prefix-cache in the llm-d repository,
+# gpt-oss-120b on H100): the stages it ran and what it published per stage.
+LLMD_RATES = (5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0)
+
+
+def llmd_gpt_oss_config(**overrides: object) -> SimConfig:
+    """llm-d's gpt-oss-120b sweep: 16 servers of one H100 at TP 1, a 100 GiB CPU tier each,
+    250 groups × 5 questions of 16,000 + 256 tokens and 256 output tokens, Poisson stages of
+    60 s from 5 to 40 requests/s, the tiered guide's router. docs/simulator.md gives the
+    source of each value; nothing here is set from the published results."""
+    from kvtier.simulate.models import MODEL_PARAMETERS
+    from kvtier.simulate.workload import Stages
+
+    known = MODEL_PARAMETERS["openai/gpt-oss-120b"]
+    base: Mapping[str, object] = {
+        "model": "openai/gpt-oss-120b",
+        "parameters": known.total,
+        "active_parameters": known.active,
+        "experts": known.experts,
+        "experts_per_token": known.experts_per_token,
+        "weights_bytes": round(64.38 * GiB),  # what vLLM loads for it on one H100
+        "tensor_parallel_size": 1,
+        "gpu_memory_utilization": 0.95,  # the guide's vLLM arguments
+        "block_tokens": 128,
+        "max_num_seqs": 512,
+        "replicas": 16,
+        "routing": "prefix",
+        "router_weights": (2.0, 2.0, 1.0),  # the guide's queue 2, KV 2, GPU prefix 1
+        "cpu_bytes": 100 * GiB,  # cpu_bytes_to_use 107374182400
+        "disk": None,
+        "workload": SharedPrefix(stages=Stages(LLMD_RATES, 60.0)),
+        "duration_seconds": 60.0 * len(LLMD_RATES) + 300.0,  # the sweep, then a drain
+        "warmup_seconds": 0.0,
+        "scenarios": ("none", "cpu"),
+    }
+    return SimConfig(**{**base, **overrides})  # type: ignore[arg-type]
+
+
 def _positive(name: str, value: float) -> None:
     if isinstance(value, bool) or not value > 0 or not math.isfinite(value):
         raise SizingError(name, f"must be greater than zero, got {value!r}")
