@@ -16,8 +16,10 @@ import pytest
 from kubernetes import client
 
 from kserve_controller import KServeController
+from kserve_isvc_controller import KServeISVCController
 from localcluster import LocalCluster, upstream_crds
 from tests.conftest import api_client
+from tests.e2e.kserve_isvc import KServeISVCCluster, KServeISVCStack
 from tests.e2e.kube_helpers import apply_policy
 from tests.e2e.operator_process import OperatorProcess
 
@@ -92,6 +94,40 @@ def kserve_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KServeSta
             operator.stop()
             kserve.stop()
             print(f"logs: {logs}")
+
+
+@pytest.fixture(scope="session")
+def kserve_isvc_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KServeISVCCluster]:
+    """A control plane of its own (KServe's pod webhook and runtime validation would reach
+    every other test's objects) with KServe's InferenceService manager running
+    (tests/e2e/kserve_isvc.py), shared by every module that drives it."""
+    logs = tmp_path_factory.mktemp("kserve-isvc")
+    with own_cluster("kserve-isvc") as cluster:
+        kserve = KServeISVCController(cluster, logs)
+        try:
+            kserve.start()
+            yield KServeISVCCluster(cluster, api_client(cluster.admin_kubeconfig), kserve)
+        finally:
+            kserve.stop()
+            print(f"kserve manager log: {kserve.log_path}")
+
+
+@pytest.fixture(scope="session")
+def kserve_isvc_stack(
+    kserve_isvc_cluster: KServeISVCCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KServeISVCStack]:
+    """kserve_isvc_cluster with kvtier's operator beside KServe's manager."""
+    from tests.e2e.test_operator_apply import POLICY  # here: that module imports this one
+
+    base = kserve_isvc_cluster
+    log = tmp_path_factory.mktemp("kserve-isvc-operator") / "operator.log"
+    apply_policy(base.api, POLICY)
+    operator = OperatorProcess(base.cluster, log).start()
+    try:
+        yield KServeISVCStack(base.cluster, base.api, base.kserve, operator)
+    finally:
+        operator.stop()
+        print(f"operator log: {log}")
 
 
 def llm_inference_service(

@@ -3,16 +3,14 @@
 `make kserve`, running on a control plane of its own in Standard (RawDeployment) mode with its
 webhooks, RBAC and ClusterServingRuntimes.
 
-A test module takes the fixtures by importing them (pytest finds fixtures in the module's
-namespace):
-
-    from tests.e2e.kserve_isvc import kserve_isvc_cluster  # noqa: F401  (the fixture)
-
-API:
+The fixtures live in tests/e2e/conftest.py, so that every module shares one cluster (a
+session fixture imported into a module's namespace would start once per module):
     kserve_isvc_cluster (session fixture) -> KServeISVCCluster(cluster, api, kserve): the
         control plane (kvtier's and KServe's CRDs; no kvtier operator) with KServe's manager;
     kserve_isvc_stack (session fixture) -> KServeISVCStack(cluster, api, kserve, operator):
-        the same cluster with kvtier's operator running too (kvtier's test policy applied);
+        the same cluster with kvtier's operator running too (kvtier's test policy applied).
+
+API:
     plain_namespace(api, prefix) -> str: a namespace without Pod Security enforcement (KServe's
         runtimes set no seccomp profile);
     apply_runtime(api, ns, runtime) -> dict: a ServingRuntime created through KServe's webhook;
@@ -34,19 +32,14 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-import pytest
 from kubernetes import client
 
 from kserve_isvc_controller import KServeISVCController
 from localcluster import LocalCluster
-from tests.conftest import api_client
-from tests.e2e.conftest import own_cluster
-from tests.e2e.kube_helpers import apply_policy
 from tests.e2e.operator_process import OperatorProcess
 
 GROUP, VERSION = "serving.kserve.io", "v1beta1"
@@ -64,39 +57,6 @@ class KServeISVCCluster:
 @dataclass
 class KServeISVCStack(KServeISVCCluster):
     operator: OperatorProcess
-
-
-@pytest.fixture(scope="session")
-def kserve_isvc_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KServeISVCCluster]:
-    """A control plane of its own (KServe's pod webhook and runtime validation would reach
-    every other test's objects) with KServe's InferenceService manager running."""
-    logs = tmp_path_factory.mktemp("kserve-isvc")
-    with own_cluster("kserve-isvc") as cluster:
-        kserve = KServeISVCController(cluster, logs)
-        try:
-            kserve.start()
-            yield KServeISVCCluster(cluster, api_client(cluster.admin_kubeconfig), kserve)
-        finally:
-            kserve.stop()
-            print(f"kserve manager log: {kserve.log_path}")
-
-
-@pytest.fixture(scope="session")
-def kserve_isvc_stack(
-    kserve_isvc_cluster: KServeISVCCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[KServeISVCStack]:
-    """kserve_isvc_cluster with kvtier's operator beside KServe's manager."""
-    from tests.e2e.test_operator_apply import POLICY  # here: that module imports conftest
-
-    base = kserve_isvc_cluster
-    log = tmp_path_factory.mktemp("kserve-isvc-operator") / "operator.log"
-    apply_policy(base.api, POLICY)
-    operator = OperatorProcess(base.cluster, log).start()
-    try:
-        yield KServeISVCStack(base.cluster, base.api, base.kserve, operator)
-    finally:
-        operator.stop()
-        print(f"operator log: {log}")
 
 
 def plain_namespace(api: client.ApiClient, prefix: str) -> str:

@@ -22,14 +22,13 @@ from kubernetes import client
 
 from kvtier.api.common import quantity_bytes
 from tests.e2e import audit
+from tests.e2e.conftest import inference_service
 from tests.e2e.kserve_isvc import (
     KServeISVCStack,
     apply_runtime,
     container,
     create_isvc,
     get_isvc,
-    kserve_isvc_cluster,
-    kserve_isvc_stack,
     plain_namespace,
     predictor_deployments,
     predictor_pods,
@@ -38,8 +37,6 @@ from tests.e2e.kserve_isvc import (
 from tests.e2e.kube_helpers import create_tier, eventually, get_tier, wait_condition
 from tests.e2e.test_operator_apply import POOL
 from tests.kserve_runtime_oracle import runtime_fixture
-
-__all__ = ["kserve_isvc_cluster", "kserve_isvc_stack"]  # the fixtures
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -297,3 +294,110 @@ def test_a_runtime_that_drops_the_args_gets_no_write(kserve_isvc_stack: KServeIS
     assert container(template(stack, ns, name)["spec"], CONTAINER) == container(
         before["spec"], CONTAINER
     )
+
+
+def test_a_cephfs_tier_reaches_every_replica_kserve_runs(
+    kserve_isvc_stack: KServeISVCStack,
+) -> None:
+    """A CephFS tier on a three-replica service: kvtier's shared claim (ReadWriteMany, the
+    policy's class, owned by the tier) binds to the PV the test plays the provisioner with;
+    KServe's Deployment carries it, and each of the three pods kube-controller-manager builds
+    from it mounts the claim, runs vLLM with kvtier's 200Gi CPU tier after the user's args,
+    keeps the user's env and gets the PYTHONHASHSEED the replicas share the tier by."""
+    stack = kserve_isvc_stack
+    ns = plain_namespace(stack.api, "isvc-cephfs")
+    name = "llama-70b"
+    user = inference_service(
+        name,
+        tp=4,
+        model_uri="hf://meta-llama/Llama-3.1-70B-Instruct",
+        min_replicas=3,
+        max_replicas=3,
+    )
+    create_isvc(stack.api, ns, user)
+    create_tier(
+        stack.api,
+        ns,
+        name,
+        {
+            "mode": "Apply",
+            "targetRef": {"kind": "InferenceService", "name": name},
+            "workload": {"averageContextTokens": 50000, "concurrentSessions": 96},
+            "cpu": {"size": "200Gi"},
+            "disk": {"type": "CephFS", "cephfs": {"size": "2Ti"}},
+            "probe": {"enabled": False},
+        },
+    )
+    tier = waited(stack, ns, name, "Provisioned", "False", "ClaimPending")
+    claim_name = next(t["claimName"] for t in tier["status"]["tiers"] if t["name"] == "cephfs")
+    core = client.CoreV1Api(stack.api)
+    claim = core.read_namespaced_persistent_volume_claim(claim_name, ns)
+    assert claim.spec.access_modes == ["ReadWriteMany"]
+    assert claim.spec.storage_class_name == "ocs-storagecluster-cephfs"
+    assert claim.metadata.owner_references[0].kind == "KVCacheTier"
+    # Play the CephFS provisioner: a matching PV; the controller-manager binds it.
+    core.create_persistent_volume(
+        client.V1PersistentVolume(
+            metadata=client.V1ObjectMeta(name=f"cephfs-{ns}"),
+            spec=client.V1PersistentVolumeSpec(
+                capacity={"storage": "2Ti"},
+                access_modes=["ReadWriteMany"],
+                storage_class_name="ocs-storagecluster-cephfs",
+                persistent_volume_reclaim_policy="Delete",
+                csi=client.V1CSIPersistentVolumeSource(
+                    driver="openshift-storage.cephfs.csi.ceph.com", volume_handle=f"vol-{ns}"
+                ),
+            ),
+        )
+    )
+    tier = waited(stack, ns, name, "Ready", "True", "Applied")
+    cephfs = next(t for t in tier["status"]["tiers"] if t["name"] == "cephfs")
+    assert cephfs["ready"] is True and cephfs["capacityBytes"] == 2 * 1024**4
+
+    applied = json.loads(
+        get_isvc(stack.api, ns, name)["metadata"]["annotations"]["kvcache.io/applied"]
+    )
+    tpl = settled_template(stack, ns, name, applied["kvTransferConfig"])
+    volumes = {v["name"]: v for v in tpl["spec"]["volumes"]}
+    [claim_volume] = [
+        n for n, v in volumes.items() if v.get("persistentVolumeClaim", {}).get("claimName")
+    ]
+    assert volumes[claim_volume]["persistentVolumeClaim"]["claimName"] == claim_name
+    user_args = user["spec"]["predictor"]["model"]["args"]
+
+    def running() -> list[dict[str, Any]] | None:
+        pods = [
+            p
+            for p in predictor_pods(stack.api, ns, name)
+            if (p.get("status") or {}).get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")
+            and claim_volume in {v["name"] for v in p["spec"].get("volumes") or []}
+        ]
+        return pods if len(pods) == 3 else None
+
+    pods: list[dict[str, Any]] = eventually(running, 180, "three Running pods with the claim")
+    for pod in pods:
+        assert pod["spec"]["nodeName"].startswith("gpu-node-")
+        ctr = container(pod["spec"], CONTAINER)
+        argv = vllm_argv(ctr, pod)
+        flag = argv.index(KV_FLAG)
+        for word in user_args:  # the user's args reach vLLM before kvtier's flag
+            assert word in argv[:flag]
+        extra = json.loads(argv[flag + 1])["kv_connector_extra_config"]
+        assert extra["spec_name"] == "TieringOffloadingSpec"
+        assert extra["cpu_bytes_to_use"] == 200 * 1024**3
+        assert extra["secondary_tiers"][0]["type"] == "fs"
+        env = {e["name"]: e.get("value") for e in ctr["env"]}
+        assert env["HF_HUB_OFFLINE"] == "1" and env["PYTHONHASHSEED"]
+        mounts = {m["mountPath"]: m["name"] for m in ctr["volumeMounts"]}
+        assert mounts["/mnt/kv-cache"] == claim_volume
+        assert sum(m["mountPath"] == "/dev/shm" for m in ctr["volumeMounts"]) == 1
+    seeds = {
+        next(
+            e["value"]
+            for e in container(p["spec"], CONTAINER)["env"]
+            if e["name"] == "PYTHONHASHSEED"
+        )
+        for p in pods
+    }
+    assert len(seeds) == 1  # one hash seed: the replicas find each other's blocks

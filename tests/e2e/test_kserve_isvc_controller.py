@@ -28,7 +28,6 @@ from tests.e2e.kserve_isvc import (
     container,
     create_isvc,
     get_isvc,
-    kserve_isvc_cluster,
     plain,
     plain_namespace,
     predictor_deployments,
@@ -37,8 +36,6 @@ from tests.e2e.kserve_isvc import (
 )
 from tests.e2e.kube_helpers import eventually
 from tests.kserve_runtime_oracle import merged_pod, runtime_fixture
-
-__all__ = ["kserve_isvc_cluster"]  # the fixture (tests/e2e/kserve_isvc.py)
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -1,9 +1,11 @@
-"""An NVMe pool backed by a StorageClass, end to end on the real control plane: a CSI-less
-class with WaitForFirstConsumer (no provisioner runs for it), its driver's CSIStorageCapacity
-published by the test, and a KVCacheTier on the pool. kvtier holds the target back while the
-capacity is too small, then gives it a per-pod claim of that class (no PV, no class of its
-own); the real controller-manager makes the pod's claim and the real scheduler, reading the
-same capacity, picks the one node that can hold it. Deleting the tier restores the target."""
+"""An NVMe pool backed by a StorageClass, end to end on the real control plane with KServe's
+own InferenceService controller (tests/e2e/kserve_isvc.py): a CSI-less class with
+WaitForFirstConsumer (no provisioner runs for it), its driver's CSIStorageCapacity published
+by the test, and a KVCacheTier on the pool. kvtier holds the target back while the capacity
+is too small, then gives it a per-pod claim of that class (no PV, no class of its own); KServe
+writes the claim template into its Deployment, the real controller-manager makes the claim of
+the pod it builds from it and the real scheduler, reading the same capacity, picks the one
+node that can hold it. Deleting the tier restores the service and KServe's pod template."""
 
 from __future__ import annotations
 
@@ -14,29 +16,33 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.conftest import create_target, inference_service
-from tests.e2e.kube_helpers import (
-    apply_policy,
-    create_tier,
-    eventually,
-    exists,
-    new_namespace,
-    wait_condition,
+from tests.e2e.conftest import inference_service
+from tests.e2e.kserve_isvc import (
+    KServeISVCStack,
+    container,
+    create_isvc,
+    get_isvc,
+    plain_namespace,
+    predictor_deployments,
+    predictor_pods,
 )
-from tests.e2e.operator_process import OperatorProcess
-from tests.e2e.test_operator_apply import get_target, pod_from_isvc
+from tests.e2e.kube_helpers import apply_policy, create_tier, eventually, exists, wait_condition
+from tests.e2e.test_operator_apply import POLICY as STACK_POLICY
 
 POOL = "lvm-nvme"
 CLASS = "kvtier-e2e-lvm"
 DRIVER = "lvm.e2e.kvtier.test"  # a name only: nothing serves this driver
+# The stack's policy with the class-backed pool beside its own pools.
 POLICY: dict[str, Any] = {
+    **STACK_POLICY,
     "nvmePools": [
+        *STACK_POLICY["nvmePools"],
         {
             "name": POOL,
             "storageClassName": CLASS,
             "nodeSelector": {"kvcache.io/local-nvme": "true"},
             "capacityPerNode": "3Ti",
-        }
+        },
     ],
 }
 STUDY = {"averageContextTokens": 50000, "concurrentSessions": 64}
@@ -45,9 +51,11 @@ SELECTED_NODE = "volume.kubernetes.io/selected-node"
 
 
 @pytest.fixture(scope="module")
-def driver_ns(admin_api: client.ApiClient, operator: OperatorProcess) -> Iterator[str]:
+def driver_ns(kserve_isvc_stack: KServeISVCStack) -> Iterator[str]:
     """The class, its CSIDriver (storage capacity tracking on, so the scheduler reads the
-    capacity too) and the namespace the driver would publish its capacity in."""
+    capacity too), the policy's pool of it and the namespace the driver would publish its
+    capacity in; the stack's own policy again afterwards."""
+    admin_api = kserve_isvc_stack.api
     storage = client.StorageV1Api(admin_api)
     storage.create_storage_class(
         client.V1StorageClass(
@@ -65,8 +73,9 @@ def driver_ns(admin_api: client.ApiClient, operator: OperatorProcess) -> Iterato
     )
     apply_policy(admin_api, POLICY)
     try:
-        yield new_namespace(admin_api, "lvm-driver")
+        yield plain_namespace(admin_api, "lvm-driver")
     finally:
+        apply_policy(admin_api, STACK_POLICY)
         storage.delete_csi_driver(DRIVER)
         storage.delete_storage_class(CLASS)
 
@@ -95,21 +104,24 @@ def pool_nodes(api: client.ApiClient) -> list[str]:
     return sorted(str(n.metadata.name) for n in nodes)
 
 
-def test_storage_class_pool_end_to_end(admin_api: client.ApiClient, driver_ns: str) -> None:
+def test_storage_class_pool_end_to_end(kserve_isvc_stack: KServeISVCStack, driver_ns: str) -> None:
+    admin_api = kserve_isvc_stack.api
     nodes = pool_nodes(admin_api)
     assert len(nodes) >= 2, nodes
     for node in nodes:
         publish(admin_api, driver_ns, node, "1Ti")
-    ns = new_namespace(admin_api, "nvme-class")
-    user = inference_service("llama-70b", tp=4, model_uri=LLAMA)
-    create_target(admin_api, ns, user)
+    ns = plain_namespace(admin_api, "nvme-class")
+    name = "llama-70b"
+    user = inference_service(name, tp=4, model_uri=LLAMA)
+    stored = create_isvc(admin_api, ns, user)  # as KServe's defaulting webhook left it
+    before = template(admin_api, ns, name)
     create_tier(
         admin_api,
         ns,
         "llama",
         {
             "mode": "Apply",
-            "targetRef": {"kind": "InferenceService", "name": "llama-70b"},
+            "targetRef": {"kind": "InferenceService", "name": name},
             "workload": STUDY,
             "disk": {"type": "NVMe", "nvme": {"pool": POOL, "size": "2Ti"}},
             "probe": {"enabled": False},  # probing has tests of its own
@@ -123,7 +135,7 @@ def test_storage_class_pool_end_to_end(admin_api: client.ApiClient, driver_ns: s
     message = next(c for c in held["status"]["conditions"] if c["type"] == "Provisioned")["message"]
     assert f"1 replica(s) need per-pod claims of StorageClass {CLASS}, 2Ti each" in message
     assert "holds 0" in message and all(f"{n} 1Ti" in message for n in nodes)
-    unchanged = get_target(admin_api, ns, "InferenceService", "llama-70b", "v1beta1")
+    unchanged = get_isvc(admin_api, ns, name)
     assert "volumes" not in unchanged["spec"]["predictor"]
 
     # One node gets room: the tier applies, with claims of the class and no storage of its own.
@@ -133,14 +145,15 @@ def test_storage_class_pool_end_to_end(admin_api: client.ApiClient, driver_ns: s
     provisioned = next(c for c in tier["status"]["conditions"] if c["type"] == "Provisioned")
     assert provisioned["status"] == "True"
     assert f"{roomy} 5Ti" in provisioned["message"] or provisioned["reason"] == "Provisioned"
-    patched = get_target(admin_api, ns, "InferenceService", "llama-70b", "v1beta1")
+    patched = get_isvc(admin_api, ns, name)
     (volume,) = [v for v in patched["spec"]["predictor"]["volumes"] if "ephemeral" in v]
-    assert volume["ephemeral"]["volumeClaimTemplate"]["spec"] == {
+    claim_spec = {
         "accessModes": ["ReadWriteOnce"],
         "volumeMode": "Filesystem",
         "storageClassName": CLASS,
         "resources": {"requests": {"storage": "2Ti"}},
     }
+    assert volume["ephemeral"]["volumeClaimTemplate"]["spec"] == claim_spec
     core = client.CoreV1Api(admin_api)
     assert not [
         pv
@@ -150,10 +163,20 @@ def test_storage_class_pool_end_to_end(admin_api: client.ApiClient, driver_ns: s
     storage = client.StorageV1Api(admin_api)
     assert not exists(lambda: storage.read_storage_class(f"kvtier-nvme-{POOL}"))
 
-    # Play KServe: the patched replica's pod. The ephemeral volume controller makes its claim
-    # and the scheduler, judging the same CSIStorageCapacity, picks the node with room.
-    core.create_namespaced_pod(ns, pod_from_isvc(patched, "llama-70b-0"))  # type: ignore[arg-type]
-    claim_name = f"llama-70b-0-{volume['name']}"
+    # KServe's Deployment carries the claim template; for the pod the controller-manager
+    # builds from it, the ephemeral volume controller makes the claim and the scheduler,
+    # judging the same CSIStorageCapacity, picks the node with room.
+    def with_claim() -> dict[str, Any] | None:
+        for pod in predictor_pods(admin_api, ns, name):
+            names = {v["name"] for v in pod["spec"].get("volumes") or []}
+            mounts = container(pod["spec"], "kserve-container").get("volumeMounts") or []
+            mounted = volume["name"] in {m["name"] for m in mounts}
+            if volume["name"] in names and mounted and not pod["metadata"].get("deletionTimestamp"):
+                return pod
+        return None
+
+    pod = eventually(with_claim, 120, "a pod of KServe's Deployment mounting the tier's claim")
+    claim_name = f"{pod['metadata']['name']}-{volume['name']}"
     claim = eventually(
         lambda: (
             (
@@ -170,7 +193,7 @@ def test_storage_class_pool_end_to_end(admin_api: client.ApiClient, driver_ns: s
     assert claim.spec.storage_class_name == CLASS
     assert claim.metadata.annotations[SELECTED_NODE] == roomy
 
-    # Removing the tier restores the user's manifest.
+    # Removing the tier restores the user's service, and KServe the user's pod template.
     client.CustomObjectsApi(admin_api).delete_namespaced_custom_object(
         "kvcache.io", "v1alpha1", ns, "kvcachetiers", "llama"
     )
@@ -184,8 +207,22 @@ def test_storage_class_pool_end_to_end(admin_api: client.ApiClient, driver_ns: s
         ),
         what="tier deleted (finalizer released)",
     )
-    restored = get_target(admin_api, ns, "InferenceService", "llama-70b", "v1beta1")
-    assert restored["spec"]["predictor"]["model"] == user["spec"]["predictor"]["model"]
+    restored = get_isvc(admin_api, ns, name)
+    assert restored["spec"] == stored["spec"]
     assert "volumes" not in restored["spec"]["predictor"]
     assert "kvcache.io/applied" not in (restored["metadata"].get("annotations") or {})
-    core.delete_namespaced_pod("llama-70b-0", ns)
+    eventually(
+        lambda: template(admin_api, ns, name) == before,
+        60,
+        "KServe's pod template as before the tier",
+    )
+
+
+def template(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
+    """The predictor Deployment's pod template as KServe last wrote it."""
+    found: dict[str, Any] = eventually(
+        lambda: predictor_deployments(api, ns, name).get(f"{name}-predictor"),
+        120,
+        f"KServe's Deployment {name}-predictor",
+    )
+    return dict(found["spec"]["template"])

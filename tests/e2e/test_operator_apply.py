@@ -113,18 +113,6 @@ def pod_from_llmisvc(target: dict[str, Any], name: str) -> dict[str, Any]:
     return as_restricted_user(pod)  # the namespace enforces Pod Security `restricted`
 
 
-def pod_from_isvc(target: dict[str, Any], name: str) -> dict[str, Any]:
-    predictor = copy.deepcopy(target["spec"]["predictor"])
-    container = {**predictor["model"], "name": "kserve-container", "image": "vllm/vllm-openai"}
-    for key in ("modelFormat", "storageUri"):
-        container.pop(key, None)
-    spec = {"containers": [container], "volumes": predictor.get("volumes", [])}
-    if "securityContext" in predictor:  # the predictor is a pod spec: its own context
-        spec["securityContext"] = predictor["securityContext"]
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
-    return as_restricted_user(pod)  # the namespace enforces Pod Security `restricted`
-
-
 def wait_running(api: client.ApiClient, ns: str, name: str) -> client.V1Pod:
     core = client.CoreV1Api(api)
     pod: client.V1Pod = eventually(
@@ -219,81 +207,6 @@ def test_nvme_tier_on_llmisvc_v1alpha2(admin_api: client.ApiClient, ns: str) -> 
         lambda: "Applied" in {e.reason for e in events_for(admin_api, ns, "nemotron")},
         what="an Applied event",
     )
-
-
-def test_cephfs_tier_on_inference_service(admin_api: client.ApiClient, ns: str) -> None:
-    user = inference_service(
-        "llama-70b",
-        tp=4,
-        model_uri="hf://meta-llama/Llama-3.1-70B-Instruct",
-        min_replicas=3,
-        max_replicas=3,
-    )
-    create_target(admin_api, ns, user)
-    create_tier(
-        admin_api,
-        ns,
-        "llama",
-        {
-            "mode": "Apply",
-            "targetRef": {"kind": "InferenceService", "name": "llama-70b"},
-            "workload": {"averageContextTokens": 50000, "concurrentSessions": 96},
-            "cpu": {"size": "200Gi"},
-            "disk": {"type": "CephFS", "cephfs": {"size": "2Ti"}},
-            "probe": {"enabled": False},
-        },
-    )
-    tier = wait_condition(admin_api, ns, "llama", "Provisioned", "False", "ClaimPending")
-    claim_name = next(t["claimName"] for t in tier["status"]["tiers"] if t["name"] == "cephfs")
-    core = client.CoreV1Api(admin_api)
-    claim = core.read_namespaced_persistent_volume_claim(claim_name, ns)
-    assert claim.spec.access_modes == ["ReadWriteMany"]
-    assert claim.spec.storage_class_name == "ocs-storagecluster-cephfs"
-    assert claim.metadata.owner_references[0].kind == "KVCacheTier"
-    # Play the CephFS provisioner: a matching PV; the controller-manager binds it.
-    core.create_persistent_volume(
-        client.V1PersistentVolume(
-            metadata=client.V1ObjectMeta(name=f"cephfs-{ns}"),
-            spec=client.V1PersistentVolumeSpec(
-                capacity={"storage": "2Ti"},
-                access_modes=["ReadWriteMany"],
-                storage_class_name="ocs-storagecluster-cephfs",
-                persistent_volume_reclaim_policy="Delete",
-                csi=client.V1CSIPersistentVolumeSource(
-                    driver="openshift-storage.cephfs.csi.ceph.com", volume_handle=f"vol-{ns}"
-                ),
-            ),
-        )
-    )
-    tier = wait_condition(admin_api, ns, "llama", "Ready", "True", "Applied", timeout=90)
-    cephfs = next(t for t in tier["status"]["tiers"] if t["name"] == "cephfs")
-    assert cephfs["ready"] is True and cephfs["capacityBytes"] == 2 * 1024**4
-
-    patched = get_target(admin_api, ns, "InferenceService", "llama-70b", "v1beta1")
-    model = patched["spec"]["predictor"]["model"]
-    args = model["args"]
-    assert args[:4] == user["spec"]["predictor"]["model"]["args"]  # the user's args first
-    flag = args.index("--kv-transfer-config")
-    config = json.loads(args[flag + 1])
-    extra = config["kv_connector_extra_config"]
-    assert extra["spec_name"] == "TieringOffloadingSpec"
-    assert extra["cpu_bytes_to_use"] == 200 * 1024**3
-    assert extra["secondary_tiers"][0]["type"] == "fs"
-    env = {e["name"]: e.get("value") for e in model["env"]}
-    assert env["HF_HUB_OFFLINE"] == "1"  # the user's env survives
-    assert env["PYTHONHASHSEED"]  # three replicas share the tier
-    mounts = {m["mountPath"] for m in model["volumeMounts"]}
-    assert {"/dev/shm", "/mnt/kv-cache"} <= mounts
-    claims = [
-        v["persistentVolumeClaim"]["claimName"]
-        for v in patched["spec"]["predictor"]["volumes"]
-        if "persistentVolumeClaim" in v
-    ]
-    assert claims == [claim_name]
-
-    # Play KServe: a replica of the patched predictor is scheduled and runs.
-    core.create_namespaced_pod(ns, pod_from_isvc(patched, "llama-70b-0"))  # type: ignore[arg-type]
-    assert wait_running(admin_api, ns, "llama-70b-0").spec.node_name.startswith("gpu-node-")
 
 
 def test_llmisvc_v1alpha1_gets_additional_args(admin_api: client.ApiClient, ns: str) -> None:
