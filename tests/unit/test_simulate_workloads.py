@@ -238,3 +238,32 @@ def test_a_bad_trace_line_is_named(tmp_path: Path, text: str, message: str) -> N
     with pytest.raises(SizingError) as err:
         read_trace(path)
     assert err.value.field == "trace" and message in err.value.message
+
+
+@pytest.mark.parametrize("lines", [((0.5, 0.01), (0.2, 0.03)), ((0.2, 0.0), (0.5, 0.0))])
+def test_a_decode_run_as_one_event_keeps_the_step_times(
+    lines: tuple[tuple[float, float], tuple[float, float]],
+) -> None:
+    # Decode-only steps run as one event; their ends are those of steps run one by one,
+    # including where the growing HBM reads overtake the compute.
+    from kvtier.simulate.engine import DecodeRun
+
+    (a, b), (c, e) = lines
+    run = DecodeRun(10.0, 40, (a, b), (c, e))
+    t = 10.0
+    for i in range(40):
+        t += max(a + b * i, c + e * i)
+        assert run.end(i + 1) == pytest.approx(t)
+        assert run.done_by(t + 1e-9) == i + 1
+        assert run.done_by(t - 1e-9) == i
+
+
+def test_decode_runs_leave_the_studys_figures_as_step_by_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kvtier.simulate import engine, study_config
+
+    config = study_config(duration_seconds=900.0, warmup_seconds=100.0)
+    batched = simulate(config).as_dict()["scenarios"]
+    monkeypatch.setattr(engine, "MAX_DECODE_RUN", 1)  # every step its own event
+    assert simulate(config).as_dict()["scenarios"] == batched

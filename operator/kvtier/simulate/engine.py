@@ -23,6 +23,7 @@ tier and written through to the disk tier; output blocks too with offload_prompt
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections import deque
 from collections.abc import Callable, Generator, Hashable
@@ -46,6 +47,7 @@ from kvtier.sizing.tiers import bandwidth_restore_seconds
 Process = Generator[simpy.Event, Any, None]
 Progress = Callable[[str, float], None]
 PROGRESS_STEPS = 100
+MAX_DECODE_RUN = 4096  # decode steps one event may stand for
 SYSTEM = ("system",)  # the agentic sessions' shared system prompt
 
 
@@ -95,6 +97,50 @@ class Stats:
     def record(self, request: Request) -> None:
         if request.arrival >= self.warmup:
             self.requests.append(request)
+
+
+class DecodeRun:
+    """`steps` decode steps from `start`; step i lasts max(a + b·i, c + e·i) (compute and
+    HBM reads, both growing with the context), so step ends have a closed form."""
+
+    def __init__(
+        self, start: float, steps: int, compute: tuple[float, float], memory: tuple[float, float]
+    ) -> None:
+        self.start, self.steps = start, steps
+        # The longer line at step 0 lasts until the other, growing faster, overtakes it.
+        first, second = (compute, memory) if compute[0] >= memory[0] else (memory, compute)
+        if second[1] <= first[1]:
+            cross = steps
+        else:
+            cross = min(steps, math.ceil((first[0] - second[0]) / (second[1] - first[1])))
+        self.first, self.second, self.cross = first, second, cross
+        self.asked, self.answer = start, 0
+
+    def end(self, n: int) -> float:
+        """When step n (1-based) ends."""
+        (a, b), (c, e), m = self.first, self.second, self.cross
+        k = min(n, m)
+        total = k * a + b * k * (k - 1) / 2
+        if n > m:
+            total += (n - m) * c + e * (n * (n - 1) / 2 - m * (m - 1) / 2)
+        return self.start + total
+
+    def done_by(self, t: float) -> int:
+        """Steps ended by time t (asked again and again at one time: the router's scores)."""
+        if t == self.asked:
+            return self.answer
+        self.asked, self.answer = t, self._done_by(t)
+        return self.answer
+
+    def _done_by(self, t: float) -> int:
+        low, high = 0, self.steps
+        while low < high:
+            mid = (low + high + 1) // 2
+            if self.end(mid) <= t:
+                low = mid
+            else:
+                high = mid - 1
+        return low
 
 
 class DiskTierModel:
@@ -150,12 +196,19 @@ class Replica:
         self.steps = 0
         self.order = 0
         self.wake = env.event()
-        env.process(self.run())
+        self.macro: DecodeRun | None = None  # decode-only steps under way as one event
+        self.process = env.process(self.run())
 
     @property
     def kv_usage(self) -> float:
         """vLLM's kv_cache_usage_perc: blocks in use (free cached blocks do not count)."""
-        return min(1.0, self.reserved / self.capacity)
+        return min(1.0, self._reserved_now() / self.capacity)
+
+    def _reserved_now(self) -> int:
+        """`reserved` with the tokens of a decode run's steps already over."""
+        if self.macro is None:
+            return self.reserved
+        return self.reserved + self.decoders * self.macro.done_by(self.env.now)
 
     def submit(self, request: Request) -> None:
         self.waiting.append(request)
@@ -166,14 +219,14 @@ class Replica:
             request = self.waiting[0]
             segments = request.schedule_segments()
             gpu, need = self._gpu_hit_and_need(segments)
-            if self.reserved + need + self.decoders > self.capacity:
+            if self._reserved_now() + need + self.decoders > self.capacity:
                 # First come, first served: the head waits for room, keeping the decoders'
                 # next tokens free (else a preempted request would come straight back).
                 return
             self.waiting.popleft()
             self._pin(segments)
             self.reserved += need
-            self.lru.shrink(self.capacity - self.reserved)
+            self.lru.shrink(self.capacity - self._reserved_now())
             self.running.append(request)
             prompt = sum(n for _, n in segments)
             request.prompt_now = prompt
@@ -267,7 +320,10 @@ class Replica:
 
     def start_prefill(self, request: Request) -> None:
         self.prefilling.append(request)
-        if not self.wake.triggered:
+        if self.macro is not None:
+            self.macro = None
+            self.process.interrupt()  # a prompt to chunk: back to one step at a time
+        elif not self.wake.triggered:
             self.wake.succeed()
 
     def run(self) -> Process:
@@ -280,6 +336,10 @@ class Replica:
                 continue
             while self.reserved + self.decoders > self.capacity and self._preempt():
                 pass
+            if not self.prefilling:
+                done = yield from self._decode_run()
+                if done:
+                    continue
             decoders = self.decoders
             budget = self.budget - decoders
             chunks: list[tuple[Request, int]] = []
@@ -314,6 +374,57 @@ class Replica:
                     self.prefilling.remove(request)
                     self.prefilled(request)
             self.admit()
+
+    def _decode_run(self) -> Generator[simpy.Event, Any, bool]:
+        """Decode-only steps, up to the next finish, as one event (the engine loop's cost
+        is per event): the same step times as one at a time, stopped at the end of the step
+        under way when a prompt arrives. False when fewer than two steps would run."""
+        d = self.d
+        while self.decoding and self.decoding[0][2] != self.decoding[0][3].epoch:
+            heapq.heappop(self.decoding)  # a preempted request's stale entry
+        decoders = self.decoders
+        if not self.decoding or not decoders:
+            return False
+        steps = min(
+            self.decoding[0][0] - self.steps,
+            (self.capacity - self.reserved) // decoders,  # no preemption inside the run
+            MAX_DECODE_RUN,
+        )
+        if steps < 2:
+            return False
+        run = DecodeRun(
+            self.env.now,
+            steps,
+            # A step's compute and its HBM reads, each growing by a token per decoder.
+            (
+                decoders * d.prefill_seconds_per_token
+                + self.decode_context * d.attention_seconds_per_token_pair,
+                decoders * d.attention_seconds_per_token_pair,
+            ),
+            (
+                d.weight_read_seconds(decoders) + self.decode_context * d.kv_read_seconds_per_token,
+                decoders * d.kv_read_seconds_per_token,
+            ),
+        )
+        self.macro = run
+        try:
+            yield self.env.timeout(run.end(steps) - self.env.now)
+            done = steps
+        except simpy.Interrupt:
+            now = self.env.now
+            done = min(steps, run.done_by(now) + 1)
+            yield self.env.timeout(max(0.0, run.end(done) - now))  # the step under way ends
+        self.macro = None
+        self.steps += done
+        self.decode_context += decoders * done
+        self.reserved += decoders * done
+        self.lru.shrink(self.capacity - self.reserved)
+        while self.decoding and self.decoding[0][0] <= self.steps:
+            _, _, epoch, request = heapq.heappop(self.decoding)
+            if epoch == request.epoch:
+                self.finish(request)
+        self.admit()
+        return True
 
     def _preempt(self) -> bool:
         """Preempt the latest admitted running request; False if none can be."""
