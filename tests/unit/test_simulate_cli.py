@@ -155,6 +155,15 @@ def test_a_run_without_completions_after_the_warmup_warns(
     assert "recomp" in captured.out  # the table still prints, after the warning
 
 
+def test_an_assumed_prefill_rate_is_said_and_a_measured_one_is_not(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["simulate", *SHORT]) == 0
+    assert "the prefill rate is assumed from FLOPs (7,821 tokens/s)" in capsys.readouterr().err
+    assert main(["simulate", *SHORT, "--prefill-rate", "9000"]) == 0
+    assert "prefill rate is assumed" not in capsys.readouterr().err
+
+
 def test_the_table_has_requests_per_second(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", *SHORT]) == 0
     out = capsys.readouterr().out

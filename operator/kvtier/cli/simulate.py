@@ -222,6 +222,13 @@ def run_simulate(args: argparse.Namespace) -> int:
                 soft_wrap=True,
             )
     notes = warnings(result)
+    if result.config.prefill_tokens_per_second is None and calibration is None:
+        rate = result.derived.as_dict()["prefillTokensPerSecond"]
+        notes.append(
+            f"the prefill rate is assumed from FLOPs ({rate:,.0f} tokens/s) and moves the "
+            "results most; give --prefill-rate from a measurement, or --tier "
+            "(docs/simulator.md, sensitivity)"
+        )
     if calibration is not None and calibration.assumed():
         notes.append(
             f"assumed inputs: {', '.join(calibration.assumed())}; the prefill rate and the disk "
