@@ -251,13 +251,8 @@ def isvc_flag(case: Case) -> str:
     target = yaml.safe_load((TARGETS / "llama70b-isvc.yaml").read_text())
     writes = target_patch(target, case.offload())
     assert isinstance(writes, list), writes
-    [args] = [
-        op["value"]
-        for w in writes
-        if w.action == "Patch"
-        for op in w.body["jsonPatch"]
-        if op["op"] != "test" and op["path"] == "/spec/predictor/model/args"
-    ]
+    (write,) = writes  # one apply, which carries the args whole
+    args = write.body["spec"]["predictor"]["model"]["args"]
     assert args[-2] == KV_FLAG
     value: str = args[-1]
     return value

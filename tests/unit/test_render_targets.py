@@ -1,6 +1,6 @@
-"""Model-server writes: field-by-field per kind, atomic lists by guarded JSON patch,
-conflicts, memory, removal. JSON patches are applied with the `jsonpatch` library (RFC 6902),
-as the API server would."""
+"""Model-server writes: one apply per kind, field by field, its atomic lists carried whole
+under the generation guard; conflicts, memory, removal. The take-back's JSON patches are
+applied with the `jsonpatch` library (RFC 6902), as the API server would."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import yaml
 
 from kvtier.names.objects import DSHM_VOLUME, KV_CACHE_VOLUME
 from kvtier.names.records import APPLIED_ANNOTATION
+from kvtier.policy.provisioning import object_key, pending_writes
 from kvtier.render.result import DesiredWrite, RenderError
 from kvtier.sizing import ConnectorSettings, kv_transfer_config
 from kvtier.targets.base import Conflict
@@ -65,19 +66,13 @@ def _offload(cpu_bytes: int = 256 * GiB, **changes: Any) -> Offload:
 def _writes(target: dict[str, Any], offload: Offload | None = None) -> list[DesiredWrite]:
     result = target_patch(target, offload or _offload())
     assert isinstance(result, list), result
-    assert result[-1].action == "Apply"
-    assert all(w.action == "Patch" for w in result[:-1])
+    assert [w.action for w in result] == ["Apply"]  # one write per target
     return result
 
 
 def _patch(target: dict[str, Any], offload: Offload | None = None) -> DesiredWrite:
-    """The apply: the last write."""
+    """The apply: the one write."""
     return _writes(target, offload)[-1]
-
-
-def _ops(target: dict[str, Any], offload: Offload | None = None) -> list[dict[str, Any]]:
-    """The JSON patch ops of the writes (none when no atomic list changes)."""
-    return [op for w in _writes(target, offload)[:-1] for op in w.body["jsonPatch"]]
 
 
 def _patched(target: dict[str, Any], writes: list[DesiredWrite]) -> dict[str, Any]:
@@ -116,9 +111,17 @@ def _merge_keyed(dst: dict[str, Any], src: dict[str, Any], field: str, key: str)
 
 def _applied_to(target: dict[str, Any], writes: list[DesiredWrite]) -> dict[str, Any]:
     """The target after `writes`: JSON patches applied, then the apply that is the last
-    (server-side apply's merge, for the fields kvtier sets)."""
+    (server-side apply's merge, for the fields kvtier sets; the atomic lists it carries
+    replaced whole)."""
     out = _patched(target, writes)
     write = writes[-1]
+    for dotted in write.carried:
+        assert "[" not in dotted  # the InferenceService's lists: no keyed step on the way
+        *parents, last = dotted.split(".")
+        src, dst = write.body, out
+        for key in parents:
+            src, dst = src[key], dst.setdefault(key, {})
+        dst[last] = copy.deepcopy(src[last])
     out.setdefault("metadata", {}).setdefault("annotations", {}).update(
         write.body["metadata"]["annotations"]
     )
@@ -149,8 +152,10 @@ def _undone(target: dict[str, Any]) -> dict[str, Any]:
 # --- InferenceService -------------------------------------------------------------------------
 
 
-def test_isvc_apply_body_has_only_owned_keyed_fields() -> None:
-    write = _patch(_isvc())
+def test_isvc_one_apply_carries_the_atomic_lists_whole() -> None:
+    target = _isvc()
+    target["metadata"]["generation"] = 42
+    write = _patch(target)
     body = write.body
     assert (write.action, write.kind, write.name, write.namespace) == (
         "Apply",
@@ -159,20 +164,25 @@ def test_isvc_apply_body_has_only_owned_keyed_fields() -> None:
         "llm",
     )
     assert body["apiVersion"] == "serving.kserve.io/v1beta1"
+    # The guard is sent with the apply, not part of what kvtier owns.
     assert set(body["metadata"]) == {"name", "namespace", "annotations"}
-    # The atomic lists (volumes, args) are never in an apply body: it would replace them.
-    assert body["spec"] == {"predictor": {"model": body["spec"]["predictor"]["model"]}}
+    assert write.guard == 42
+    # The atomic lists (volumes, args) are carried whole; nothing else of the predictor.
+    assert set(body["spec"]["predictor"]) == {"model", "volumes"}
+    assert write.carried == ("spec.predictor.model.args", "spec.predictor.volumes")
     model = body["spec"]["predictor"]["model"]
-    assert set(model) == {"resources", "volumeMounts"}  # no env: one replica
+    assert set(model) == {"resources", "volumeMounts", "args"}  # no env: one replica
     assert model["volumeMounts"] == [
         {"name": DSHM_VOLUME, "mountPath": "/dev/shm"},
         {"name": KV_CACHE_VOLUME, "mountPath": "/mnt/kv-cache"},
     ]
+    # The record names the flag the same request puts in args.
+    assert _record(body)["kvTransferConfig"] == model["args"][-1]
 
 
 def test_isvc_atomic_lists_keep_the_users_items() -> None:
     target = _isvc()
-    patched = _patched(target, _writes(target))
+    patched = _applied_to(target, _writes(target))
     model = patched["spec"]["predictor"]["model"]
     assert model["args"] == [
         "--tensor-parallel-size=4",
@@ -195,34 +205,34 @@ def test_isvc_atomic_lists_keep_the_users_items() -> None:
     assert all("hostPath" not in v for v in volumes)
 
 
-def test_isvc_patch_is_guarded_by_the_value_read() -> None:
+def test_isvc_read_without_a_generation_is_not_guarded() -> None:
+    """An offline plan reads a manifest: there is no generation to guard by (and no write)."""
     target = _isvc()
-    ops = _ops(target)
-    tests = [op for op in ops if op["op"] == "test"]
-    assert {op["path"] for op in tests} == {"/spec/predictor/volumes", "/spec/predictor/model/args"}
-    # Someone adds a volume between kvtier's read and its write: the patch fails, never
-    # drops the newcomer.
-    raced = copy.deepcopy(target)
-    raced["spec"]["predictor"]["volumes"].append({"name": "late", "emptyDir": {}})
-    with pytest.raises(jsonpatch.JsonPatchTestFailed):
-        jsonpatch.apply_patch(raced, ops)
+    target["metadata"].pop("generation", None)
+    assert _patch(target).guard is None
 
 
-def test_isvc_absent_list_is_added_under_a_test_of_its_parent() -> None:
+def test_isvc_absent_list_is_carried_with_kvtiers_items() -> None:
     target = _isvc()
     del target["spec"]["predictor"]["volumes"]
-    ops = _ops(target)
-    assert ops[0] == {
-        "op": "test",
-        "path": "/spec/predictor",
-        "value": target["spec"]["predictor"],
-    }
-    assert ops[1]["op"] == "add" and ops[1]["path"] == "/spec/predictor/volumes"
-    patched = _patched(target, _writes(target))
-    assert [v["name"] for v in patched["spec"]["predictor"]["volumes"]] == [
+    write = _patch(target)
+    assert [v["name"] for v in write.body["spec"]["predictor"]["volumes"]] == [
         DSHM_VOLUME,
         KV_CACHE_VOLUME,
     ]
+    # No initContainers (neither the user's nor an evictor): none carried, none created.
+    assert "initContainers" not in write.body["spec"]["predictor"]
+
+
+def test_isvc_list_left_with_nothing_is_carried_empty() -> None:
+    """The object holds only kvtier's items in a list kvtier no longer adds to: the apply
+    carries it empty, so they go (leaving it out would not remove a co-owner's copy)."""
+    target = _isvc()
+    del target["spec"]["predictor"]["volumes"]
+    applied = _applied_to(target, _writes(target))
+    bare = _offload(disk=None, disk_label=None, plan=plan_offload(CONNECTOR, 256 * GiB, 0, None))
+    volumes = _patch(applied, bare).body["spec"]["predictor"]["volumes"]
+    assert volumes == []
 
 
 def test_isvc_memory_is_user_plus_tier() -> None:
@@ -232,7 +242,7 @@ def test_isvc_memory_is_user_plus_tier() -> None:
 
 def test_isvc_cephfs_uses_shared_claim() -> None:
     offload = _offload(disk=SharedClaim("kvtier-x-cephfs"), disk_label="CephFS")
-    patched = _patched(_isvc(), _writes(_isvc(), offload))
+    patched = _applied_to(_isvc(), _writes(_isvc(), offload))
     assert patched["spec"]["predictor"]["volumes"][2] == {
         "name": KV_CACHE_VOLUME,
         "persistentVolumeClaim": {"claimName": "kvtier-x-cephfs"},
@@ -241,16 +251,16 @@ def test_isvc_cephfs_uses_shared_claim() -> None:
 
 def test_isvc_cpu_only_mounts_no_disk() -> None:
     writes = _writes(_isvc(), _offload(disk=None, disk_label=None))
-    pred = _patched(_isvc(), writes)["spec"]["predictor"]
+    pred = _applied_to(_isvc(), writes)["spec"]["predictor"]
     assert [v["name"] for v in pred["volumes"]] == ["chat-templates", DSHM_VOLUME]
     assert writes[-1].body["spec"]["predictor"]["model"]["volumeMounts"] == [
         {"name": DSHM_VOLUME, "mountPath": "/dev/shm"}
     ]
 
 
-def test_isvc_applied_target_needs_no_patch() -> None:
+def test_isvc_applied_target_needs_no_write() -> None:
     applied = _applied_to(_isvc(), _writes(_isvc()))
-    assert _ops(applied) == []  # nothing to change: no JSON patch at all
+    assert pending_writes(_writes(applied), {object_key(applied): applied}) == []
 
 
 def test_isvc_rerender_replaces_own_flag_not_the_users_args() -> None:
@@ -258,35 +268,16 @@ def test_isvc_rerender_replaces_own_flag_not_the_users_args() -> None:
     bigger = kv_transfer_config(300 * GiB, 16, "NVMe")
     offload = _offload(cpu_bytes=300 * GiB)  # the flag follows the CPU tier's one figure
     second = _writes(applied, offload)
-    args = _patched(applied, second)["spec"]["predictor"]["model"]["args"]
+    again = _applied_to(applied, second)
+    args = again["spec"]["predictor"]["model"]["args"]
     assert args[:3] == _isvc()["spec"]["predictor"]["model"]["args"]
     assert args.count("--kv-transfer-config") == 1
     assert json.loads(args[-1]) == bigger
-    # Only args change (and their record with them): the volumes are already right, so no
-    # op touches them.
-    assert {op["path"] for op in _ops(applied, offload)} == {
-        "/spec/predictor/model/args",
-        "/metadata/annotations/kvcache.io~1applied",
-    }
+    assert again["spec"]["predictor"]["volumes"] == applied["spec"]["predictor"]["volumes"]
+    assert _record(second[-1].body)["kvTransferConfig"] == args[-1]
     # Memory is added to the user's 64Gi, not to kvtier's previous 580Gi.
     resources = second[-1].body["spec"]["predictor"]["model"]["resources"]
     assert resources["requests"]["memory"] == "580Gi"
-
-
-def test_isvc_a_write_cut_off_after_the_patch_leaves_a_flag_kvtier_knows() -> None:
-    """The API server restarts between the JSON patch of the atomic lists and the apply: the
-    patch carried the flag's record with it, so the next render takes the flag for its own
-    (no KVTransferConfigInUse) and still adds the tier to the user's memory, not its own."""
-    applied = _applied_to(_isvc(), _writes(_isvc()))
-    offload = _offload(cpu_bytes=300 * GiB)
-    cut = _patched(applied, _writes(applied, offload)[:-1])  # the apply never arrived
-    again = _writes(cut, offload)
-    assert [w.action for w in again] == ["Apply"]  # the lists are right: only the rest
-    resources = again[-1].body["spec"]["predictor"]["model"]["resources"]
-    assert resources["requests"]["memory"] == "580Gi"
-    first = _patched(_isvc(), _writes(_isvc())[:-1])  # the very first apply never arrived
-    assert isinstance(target_patch(first, _offload()), list)
-    assert _undone(_applied_to(first, _writes(first)))["spec"] == _isvc()["spec"]
 
 
 @pytest.mark.parametrize(
@@ -541,7 +532,7 @@ def test_existing_user_dshm_is_resized_and_restored() -> None:
     pred["volumes"].append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}})
     pred["model"]["volumeMounts"].append({"name": "dshm", "mountPath": "/dev/shm"})
     writes = _writes(target)
-    volumes = _patched(target, writes)["spec"]["predictor"]["volumes"]
+    volumes = _applied_to(target, writes)["spec"]["predictor"]["volumes"]
     assert volumes[1] == {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "260Gi"}}
     assert DSHM_VOLUME not in [v["name"] for v in volumes]
     mounts = writes[-1].body["spec"]["predictor"]["model"]["volumeMounts"]
@@ -601,14 +592,3 @@ def test_memory_changed_by_user_becomes_the_new_base() -> None:
     # Unchanged since kvtier wrote it: the base stays 8Gi, in any spelling of 9Gi.
     again = memory_for({"requests": {"memory": str(9 * GiB)}}, 2 * GiB, first.record)
     assert again.request == 10 * GiB
-
-
-def test_isvc_a_new_annotations_map_is_guarded_by_the_version_read() -> None:
-    """Without annotations the record's patch adds the whole map: only if the object is still
-    the one read, so an annotation someone added meanwhile is never replaced."""
-    target = _isvc()
-    target["metadata"]["resourceVersion"] = "42"
-    target["metadata"].pop("annotations", None)
-    ops = _ops(target)
-    at = next(i for i, op in enumerate(ops) if op["path"] == "/metadata/annotations")
-    assert ops[at - 1] == {"op": "test", "path": "/metadata/resourceVersion", "value": "42"}

@@ -74,17 +74,17 @@ def test_nvme_isvc_writes_in_order() -> None:
     result = _llama()
     assert result.conflict is None
     kinds = [w.kind for w in result.writes]
-    assert kinds == ["StorageClass"] + ["PersistentVolume"] * 3 + ["InferenceService"] * 2
-    # The atomic lists by JSON patch, then the apply that mounts what the patch added.
-    assert [w.action for w in result.writes] == ["Apply"] * 4 + ["Patch", "Apply"]
+    assert kinds == ["StorageClass"] + ["PersistentVolume"] * 3 + ["InferenceService"]
+    # One apply of the target, last: its atomic lists carried whole with the mounts.
+    assert [w.action for w in result.writes] == ["Apply"] * 5
     pvs = result.writes[1:4]
     assert {w.body["spec"]["capacity"]["storage"] for w in pvs} == {"1Ti"}  # tier's nvme.size
     # The example pool is Local: PVs on the directory prepared on each node.
     assert {w.body["spec"]["local"]["path"] for w in pvs} == {"/var/mnt/nvme"}
-    lists, patch = result.writes[-2:]
+    patch = result.writes[-1]
     assert (patch.name, patch.namespace) == ("llama-3-1-70b", "llm")
-    assert "hostPath" not in set(_walk([lists.body, patch.body]))  # pods never see a hostPath
-    volumes = next(op for op in lists.body["jsonPatch"] if op["op"] == "replace")["value"]
+    assert "hostPath" not in set(_walk([patch.body]))  # pods never see a hostPath
+    volumes = patch.body["spec"]["predictor"]["volumes"]
     assert [v["name"] for v in volumes] == ["chat-templates", "kvtier-dshm", "kvtier-kv-cache"]
     claim = volumes[2]["ephemeral"]["volumeClaimTemplate"]["spec"]
     assert claim["selector"]["matchLabels"][TIER_ID] == TierRef("llm", "llama70b").id
@@ -220,10 +220,9 @@ def test_an_object_store_tier_gets_its_keys_by_reference() -> None:
     """No storage to provision; vLLM 0.24's config names the keys as $(VAR), which Kubernetes
     expands from env taken from the user's Secret by reference (kvtier never reads it)."""
     result = _object_store("0.24.0", "InferenceService", "s3-keys")
-    assert [w.kind for w in result.writes] == ["InferenceService", "InferenceService"]
-    lists, apply = result.writes
-    ops = lists.body["jsonPatch"]
-    args = next(op for op in ops if op["path"].endswith("/args") and op["op"] != "test")["value"]
+    (apply,) = result.writes
+    assert apply.kind == "InferenceService"
+    args = apply.body["spec"]["predictor"]["model"]["args"]
     store = json.loads(args[-1])["kv_connector_extra_config"]["secondary_tiers"][0]
     assert store["store_config"]["access_key"] == "$(AWS_ACCESS_KEY_ID)"
     env = {e["name"]: e for e in apply.body["spec"]["predictor"]["model"]["env"]}
@@ -259,20 +258,20 @@ def test_more_replicas_than_nodes_is_noted() -> None:
 
 def test_plan_status_validates_against_the_crd_model() -> None:
     status = PlanStatus.model_validate(_llama().plan_status())
-    assert status.actions is not None and len(status.actions) == 6
+    assert status.actions is not None and len(status.actions) == 5
     assert status.actions[0].namespace is None  # cluster-scoped StorageClass
     assert status.actions[-1].kind == "InferenceService"
 
 
 def test_plan_status_cap_keeps_the_target_writes() -> None:
-    lists, patch = _llama().writes[-2:]
+    target = _llama().writes[-1]
     pv = _llama().writes[1]
-    result = RenderResult(writes=[pv] * 100 + [lists, patch])
+    result = RenderResult(writes=[pv] * 100 + [target])
     actions = result.plan_status()["actions"]
     assert len(actions) == PLAN_ACTIONS_MAX
-    assert [a["action"] for a in actions[-2:]] == ["Patch", "Apply"]
-    assert actions[-3]["kind"] == "PersistentVolume"
-    assert result.summary.count("\n") == 101  # every write is in the summary
+    assert (actions[-1]["action"], actions[-1]["kind"]) == ("Apply", "InferenceService")
+    assert actions[-2]["kind"] == "PersistentVolume"
+    assert result.summary.count("\n") == 100  # every write is in the summary
 
 
 def test_prune_deletes_only_this_tiers_unwanted_objects() -> None:

@@ -121,6 +121,24 @@ def test_schema_of_reads_each_document_once_per_hash() -> None:
     assert watch.schema_of("serving.kserve.io/v1alpha9", "InferenceService") is None
 
 
+def test_kinds_of_one_document_are_read_once() -> None:
+    """Two kinds of one group version (KServe's v1alpha2 serves LLMInferenceService, and an
+    InferenceService tier asks for every version of its group): each document is read and
+    resolved once, not once per kind asked for in turn."""
+    hashes = {"serving.kserve.io/v1beta1": "A"}
+    read: list[str] = []
+
+    def read_document(url: str) -> dict[str, Any]:
+        read.append(url)
+        return _document("granular")
+
+    watch = SchemaWatch(lambda: _index(hashes), lambda _: None, read_document=read_document)
+    for _ in range(3):
+        assert watch.schema_of("serving.kserve.io/v1beta1", "InferenceService") is not None
+        assert watch.schema_of("serving.kserve.io/v1beta1", "LLMInferenceService") is None
+    assert len(read) == 2  # one read per (document, kind), however often they alternate
+
+
 def test_schema_of_is_none_when_it_cannot_be_read() -> None:
     def fail(_: str) -> dict[str, Any]:
         raise client.ApiException(status=503)

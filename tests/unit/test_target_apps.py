@@ -1,7 +1,7 @@
 """A plain Deployment / StatefulSet running vLLM as a target (kvtier/targets/deployment.py,
 statefulset.py, workload.py): the vLLM container found by what it runs, its flags read from
-command and args, the flag added to its args by a guarded JSON patch, kvtier's fields applied
-by name, and all of it taken back."""
+command and args, one guarded apply of kvtier's fields by name that carries the args whole
+with the flag, and all of it taken back."""
 
 from __future__ import annotations
 
@@ -130,8 +130,8 @@ def test_a_shell_script_that_drops_the_args_is_refused() -> None:
 
 
 def _merged(obj: dict[str, Any], writes: list[Any]) -> dict[str, Any]:
-    """The object after the JSON patch and a server-side apply of kvtier's fields (keyed
-    lists merged by their keys, as the built-in PodSpec declares them)."""
+    """The object after a server-side apply of kvtier's fields (keyed lists merged by their
+    keys, as the built-in PodSpec declares them; the atomic args replaced whole)."""
     out = copy.deepcopy(obj)
     for w in writes:
         if w.action == "Patch":
@@ -155,27 +155,22 @@ def _merged(obj: dict[str, Any], writes: list[Any]) -> dict[str, Any]:
         target.setdefault("resources", {}).setdefault(section, {}).update(values)
     if "lifecycle" in main:
         target["lifecycle"] = copy.deepcopy(main["lifecycle"])
+    if "args" in main:
+        target["args"] = copy.deepcopy(main["args"])
     return out
 
 
 @pytest.mark.parametrize("workload", [DEPLOYMENT, STATEFUL_SET], ids=lambda w: w.kind)
 def test_writes_put_the_flag_in_args_and_the_rest_by_name(workload: Any) -> None:
     obj = deployment(SERVE, ["--max-model-len", "131072"], kind=workload.kind)
+    obj["metadata"]["generation"] = 7
     writes = workload.writes(obj, offload())
     assert isinstance(writes, list)
-    assert [w.action for w in writes] == ["Patch", "Apply"]
-    ops = writes[0].body["jsonPatch"]
-    # Guarded: the container is still the one read, its args are still what was read.
-    assert ops[0] == {
-        "op": "test",
-        "path": "/spec/template/spec/containers/1/name",
-        "value": "vllm",
-    }
-    assert ops[1] == {
-        "op": "test",
-        "path": "/spec/template/spec/containers/1/args",
-        "value": ["--max-model-len", "131072"],
-    }
+    assert [w.action for w in writes] == ["Apply"]  # one write
+    # The atomic args carried whole in the container keyed by name, guarded by the generation
+    # read: after a concurrent change of the spec the write is not sent (409).
+    assert writes[0].carried == ("spec.template.spec.containers[name=vllm].args",)
+    assert writes[0].guard == 7
     after = _merged(obj, writes)
     vllm = after["spec"]["template"]["spec"]["containers"][1]
     assert vllm["command"] == SERVE
@@ -191,9 +186,9 @@ def test_writes_put_the_flag_in_args_and_the_rest_by_name(workload: Any) -> None
     body = writes[-1].body
     assert body["apiVersion"] == "apps/v1" and body["kind"] == workload.kind
     assert APPLIED_ANNOTATION in body["metadata"]["annotations"]
-    # Rendered again from the result: nothing left to change in args.
+    # Rendered again from the result: the same write, which the object already holds.
     again = workload.writes(after, offload())
-    assert [w.action for w in again] == ["Apply"]
+    assert [w.body for w in again] == [body]
 
 
 def test_unapply_gives_the_users_deployment_back() -> None:

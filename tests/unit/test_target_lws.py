@@ -5,7 +5,6 @@ all of it taken back."""
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import replace
 from typing import Any
@@ -220,12 +219,12 @@ def test_every_pod_that_starts_vllm_gets_the_flag_and_every_pod_its_share() -> N
     (role,) = _roles(obj, tensor_parallel_size=8)
     offload = _with_disk(_offload([role]))
     writes = LEADER_WORKER_SET.writes(obj, offload)
-    assert isinstance(writes, list) and [w.action for w in writes] == ["Patch", "Apply"]
-    ops = writes[0].body["jsonPatch"]
-    leader_path = "/spec/leaderWorkerTemplate/leaderTemplate/spec/containers/0"
-    assert ops[0] == {"op": "test", "path": f"{leader_path}/name", "value": "vllm"}
-    assert ops[1] == {"op": "test", "path": f"{leader_path}/args", "value": ["--node-rank", "0"]}
-    assert ops[-1]["path"].startswith("/metadata/annotations")  # the record with the args
+    # One apply: each template's args carried whole, in the container keyed by name, with the
+    # record that names the flag in them.
+    assert isinstance(writes, list) and [w.action for w in writes] == ["Apply"]
+    assert writes[0].carried == tuple(
+        f"spec.{t}.spec.containers[name=vllm].args" for t in (LEADER, WORKER)
+    )
     after = _apply(obj, offload)
     cpu = role.plan.sizing.cpu_bytes_to_use
     for template in (LEADER, WORKER):
@@ -249,9 +248,9 @@ def test_every_pod_that_starts_vllm_gets_the_flag_and_every_pod_its_share() -> N
     assert body["apiVersion"] == "leaderworkerset.x-k8s.io/v1" and body["kind"] == "LeaderWorkerSet"
     record = json.loads(body["metadata"]["annotations"][APPLIED_ANNOTATION])
     assert set(record["pods"]) == {LEADER, WORKER}
-    # Rendered again from the result: nothing left to change in the args.
+    # Rendered again from the result: the same write, which the object already holds.
     again = LEADER_WORKER_SET.writes(after, offload)
-    assert isinstance(again, list) and [w.action for w in again] == ["Apply"]
+    assert isinstance(again, list) and [w.body for w in again] == [body]
 
 
 def test_a_ray_worker_gets_the_memory_and_mounts_but_never_the_flag() -> None:
@@ -295,11 +294,10 @@ def test_the_users_own_flag_in_a_worker_is_a_conflict() -> None:
     assert f"spec.{WORKER}" in found.message and "args" in found.message
 
 
-def test_a_concurrent_change_of_the_args_fails_the_patch() -> None:
+def test_the_write_is_guarded_by_the_generation_read() -> None:
+    """The args are carried whole: the apply holds the generation read as its guard, so after
+    a concurrent change of the spec it is refused (409) rather than overwriting it."""
     obj = lws("worker-pp")
+    obj["metadata"]["generation"] = 11
     writes = LEADER_WORKER_SET.writes(obj, _offload(_roles(obj, tensor_parallel_size=8)))
-    assert isinstance(writes, list)
-    changed = copy.deepcopy(obj)
-    _vllm_of(changed, WORKER)["args"].append("--enforce-eager")
-    with pytest.raises(jsonpatch.JsonPatchTestFailed):
-        jsonpatch.apply_patch(changed, writes[0].body["jsonPatch"])
+    assert isinstance(writes, list) and [w.guard for w in writes] == [11]

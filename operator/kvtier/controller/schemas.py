@@ -101,9 +101,11 @@ class SchemaWatch:
             key = (url, kind)
             if key not in self.schemas:
                 found = kind_schema(self.read_document(url), api_version, kind)
-                # Only the current document of each group version is kept.
+                # Only the current document of each group version is kept: the kinds read
+                # from an older one (another hash) go, those of this one stay.
                 base = url.split("?", 1)[0]
-                for old in [k for k in self.schemas if k[0].split("?", 1)[0] == base]:
+                stale = [k for k in self.schemas if k[0] != url and k[0].split("?", 1)[0] == base]
+                for old in stale:
                     del self.schemas[old]
                 self.schemas[key] = found
             return self.schemas[key]

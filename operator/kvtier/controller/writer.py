@@ -96,27 +96,58 @@ class Writer:
         )
 
     async def send(self, w: DesiredWrite) -> Any:
-        """One Apply or Patch. A Patch whose guard failed (the object changed since it was
-        read: 422 from a `test` op, or 409) refreshes the cached object before the error
-        goes up, so the retry renders from what the server holds."""
-        if w.action == "Apply":
-            return await self.apply(w.body, w.kind)
+        """One Apply or Patch. A guarded write whose guard failed (the object changed since
+        it was read: 409 from an apply or a patch, 422 from a `test` op) refreshes the cached
+        object before the error goes up, so the retry renders from what the server holds."""
         try:
-            ops = w.body["jsonPatch"]
-            written = await asyncio.to_thread(
-                self.kube.json_patch, w.api_version, w.kind, w.name, w.namespace, ops
-            )
+            if w.action == "Apply":
+                if w.guard is None:
+                    return await self.apply(w.body, w.kind)
+                return await self._guarded_apply(w, w.guard)
+            try:
+                ops = w.body["jsonPatch"]
+                return await asyncio.to_thread(
+                    self.kube.json_patch, w.api_version, w.kind, w.name, w.namespace, ops
+                )
+            finally:
+                metrics.WRITES.labels("patch", w.kind).inc()
         except ApiException as exc:
-            if exc.status in (409, 422):
+            guarded = w.action == "Patch" or w.guard is not None
+            if guarded and exc.status in (409, 422):
                 fresh = await asyncio.to_thread(
                     self.kube.get, w.api_version, w.kind, w.name, w.namespace
                 )
                 if fresh:
                     self.cache.remember_written(fresh)
             raise
-        finally:
-            metrics.WRITES.labels("patch", w.kind).inc()
-        return written
+
+    async def _guarded_apply(self, w: DesiredWrite, generation: int) -> Any:
+        """An apply that carries atomic lists whole, rendered from the object at `generation`:
+        sent only while the object's spec is still that one (its generation), with the
+        resourceVersion just read as the precondition. Status writes of the object's own
+        controller (KServe, a Deployment's) move its resourceVersion, not its generation: a
+        guard on the version read by the decision would refuse most writes made right after
+        a change. A 409 when the spec changed since: the fresh object is cached first."""
+        for _ in range(3):  # a status write between the read and the apply: read again
+            fresh = await asyncio.to_thread(
+                self.kube.get, w.api_version, w.kind, w.name, w.namespace
+            )
+            meta = (fresh or {}).get("metadata") or {}
+            if meta.get("generation") != generation:
+                if fresh:
+                    self.cache.remember_written(fresh)
+                raise ApiException(
+                    status=409,
+                    reason=f"{w.kind} {w.name} changed since it was read (generation "
+                    f"{meta.get('generation')}, rendered from {generation})",
+                )
+            version = {**w.body["metadata"], "resourceVersion": meta["resourceVersion"]}
+            try:
+                return await self.apply({**w.body, "metadata": version}, w.kind)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+        raise ApiException(status=409, reason=f"{w.kind} {w.name} kept changing")
 
     async def apply(self, body: Mapping[str, Any], kind: str | None = None) -> Any:
         """Server-side apply; counted (by `kind`, else the body's) once the server took it."""

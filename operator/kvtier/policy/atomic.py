@@ -1,6 +1,10 @@
 """Applied=False before any write whose apply would replace a part of the target the user
 filled: the served schema says which parts merge and which are replaced whole
-(render/served_schema.py). Nothing of the tier is written then, so nothing is half-applied."""
+(render/served_schema.py). Nothing of the tier is written then, so nothing is half-applied.
+
+The atomic lists a kind carries whole on purpose (DesiredWrite.carried: the user's items as
+read with kvtier's, under the resourceVersion guard) lose nothing of the user's and are not
+refused."""
 
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ def atomic_verdict(
         (w.api_version, p)
         for w in applies
         for p in replaced_parts(schemas[w.api_version] or {}, w.body, target)
+        if not _carried(p, w.carried)
     }
     if not found:
         return None
@@ -61,3 +66,8 @@ def atomic_verdict(
         f"atomic: an apply of kvtier's fields would replace what the user set there, so "
         f"kvtier writes nothing; {fix}",
     )
+
+
+def _carried(part: str, carried: Sequence[str]) -> bool:
+    """Whether the dotted part is, or lies inside, an atomic list the write carries whole."""
+    return any(part == c or part.startswith((f"{c}.", f"{c}[")) for c in carried)

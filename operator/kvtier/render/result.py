@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:  # render.scheduler imports the targets, which import this module
     from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
 
-# Apply: server-side apply of `body`. Patch: the JSON patch `body["jsonPatch"]` (atomic lists
-# of foreign objects, guarded by test ops). Delete.
+# Apply: server-side apply of `body` (a target's one write, its atomic lists carried whole
+# under a generation `guard`). Patch: the JSON patch `body["jsonPatch"]` (a take-back,
+# guarded by test ops). Delete.
 Action = Literal["Apply", "Patch", "Delete"]
 # status.plan.actions holds at most this many entries (KVCacheTier CRD).
 PLAN_ACTIONS_MAX = 64
@@ -32,7 +33,10 @@ class DesiredWrite:
     """One object kvtier applies (server-side, field manager kvtier-operator) or deletes.
 
     For Apply, body is the complete apply configuration: exactly the fields kvtier owns;
-    for Patch, {"jsonPatch": [ops]}.
+    for Patch, {"jsonPatch": [ops]}. `carried`: the dotted paths of atomic lists an Apply
+    carries whole (the user's items with kvtier's, as read); `guard`: the object's
+    metadata.generation they were read at: the apply is sent only while the object is still
+    at it, with the resourceVersion read then as its precondition (None: unguarded).
     """
 
     action: Action
@@ -42,6 +46,8 @@ class DesiredWrite:
     namespace: str | None  # None for cluster-scoped kinds
     body: dict[str, Any]
     summary: str
+    carried: tuple[str, ...] = ()
+    guard: int | None = None
 
     def writes_to(self, obj: Mapping[str, Any] | None) -> bool:
         """Whether this write is to `obj` itself (by kind, namespace and name): a target's

@@ -12,9 +12,9 @@ kind, where KServe could build no predictor either) the InferenceService is read
 
 KServe's CRD (v0.20) keeps its own PodSpec copy without listTypes, so `spec.predictor.volumes`,
 `spec.predictor.model.args` and `spec.predictor.initContainers` are atomic lists: an apply
-would replace them whole, so kvtier sets each to the user's items plus its own by a JSON
-patch guarded by a `test` of the exact value read. The model container's env, volumeMounts and
-resources merge, and go in the apply. The flag goes in the model container's args.
+replaces them whole, so kvtier's one apply carries each whole, the user's items as read plus
+its own, guarded by the resourceVersion read (targets/patch.py). The model container's env,
+volumeMounts and resources merge. The flag goes in the model container's args.
 """
 
 from __future__ import annotations
@@ -31,15 +31,7 @@ from kvtier.targets import facts as read
 from kvtier.targets.base import Conflict, Related, RelatedObjects
 from kvtier.targets.facts import RoleFacts, TargetFacts, get
 from kvtier.targets.offload import DECODE, Offload, RoleOffload
-from kvtier.targets.patch import (
-    apply_write,
-    item_ops,
-    json_patch,
-    list_ops,
-    pointer,
-    with_items,
-    with_list,
-)
+from kvtier.targets.patch import apply_write, carried_list, item_ops, pointer, with_items
 from kvtier.targets.pod import (
     KV_FLAG,
     OWN_VOLUMES,
@@ -52,7 +44,6 @@ from kvtier.targets.pod import (
     pod_parts,
     pod_unapply_ops,
     record_at,
-    record_ops,
     recorded,
     summary,
     unapply_patch,
@@ -224,9 +215,10 @@ def _predictor(target: Mapping[str, Any], built: MergedPod | None = None) -> Pod
 def inference_service_patch(
     target: Mapping[str, Any], offload: Offload, built: MergedPod | None = None
 ) -> list[DesiredWrite] | Conflict:
-    """The atomic spec.predictor.volumes and spec.predictor.model.args by a guarded JSON patch
-    (the user's items kept, kvtier's added), then mounts, env and memory in
-    spec.predictor.model by server-side apply. `built`: the pod KServe builds, when known."""
+    """One server-side apply: mounts, env and memory in spec.predictor.model, and the atomic
+    spec.predictor.volumes, initContainers and model.args carried whole (the user's items
+    kept, kvtier's added), guarded by the resourceVersion read. `built`: the pod KServe
+    builds, when known."""
     pod = _predictor(target, built)
     container = pod.container
     own = applied(target).get("kvTransferConfig")
@@ -253,42 +245,41 @@ def inference_service_patch(
     if isinstance(parts, Conflict):
         return parts
     arg = figures.arg if figures is not None else offload.arg
-    volumes = with_items(pod.volumes, parts.volumes, OWN_VOLUMES)
     args = [*user_args(target, container.get("args") or [], own), *offload.dtype_args]
-    args += [KV_FLAG, arg]
-    init = with_items(get(target, *_INIT) or [], parts.init_containers, {EVICTOR_CONTAINER})
-    # The init containers' guard may test the predictor the ops before have changed.
-    ahead = with_list(with_list(target, _VOLUMES, volumes), _ARGS, args)
-    ops = [
-        *list_ops(target, _VOLUMES, volumes),
-        *list_ops(target, _ARGS, args),
-        *list_ops(ahead, _INIT, init),
-    ]
+    predictor: dict[str, Any] = {"model": {**parts.container, "args": [*args, KV_FLAG, arg]}}
+    carried = [_dotted(_ARGS)]
+    lists = (
+        (_VOLUMES, with_items(pod.volumes, parts.volumes, OWN_VOLUMES)),
+        (_INIT, with_items(get(target, *_INIT) or [], parts.init_containers, {EVICTOR_CONTAINER})),
+    )
+    for path, value in lists:
+        whole = carried_list(get(target, *path), value)
+        if whole is not None:
+            predictor[path[-1]] = whole
+            carried.append(_dotted(path))
     record = {**parts.record, "kvTransferConfig": arg}
     if offload.kv_cache_dtype:
         record["kvCacheDtype"] = offload.kv_cache_dtype
     if multi_node and built is not None and figures is not None:
-        ahead = with_list(ahead, _INIT, init)
-        worker = _worker_ops(target, ahead, offload, figures, built, own)
+        worker = _worker_spec(target, offload, figures, built, own)
         if isinstance(worker, Conflict):
             return worker
-        ops += worker[0]
+        predictor["workerSpec"] = worker[0]
+        carried += [_dotted((*_WORKER, key)) for key in worker[0]]
         file_record(record, WORKER_TEMPLATE, worker[1])
-    if ops:
-        ops += record_ops(target, record)
-    names = ", ".join(v["name"] for v in parts.volumes)
-    sidecar = f", init container {EVICTOR_CONTAINER}" if parts.init_containers else ""
-    lists = json_patch(
-        target, ops, f"volumes {names}{sidecar} and args {KV_FLAG} beside the user's own"
-    )
     body = {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": metadata(target, record),
-        "spec": {"predictor": {"model": parts.container}},
+        "spec": {"predictor": predictor},
     }
     request = record["memoryRequest"]["applied"]
-    return [*lists, apply_write(target, body, summary(target, offload, f"args {KV_FLAG}", request))]
+    how = summary(target, offload, f"args {KV_FLAG}", request)
+    return [apply_write(target, body, how, carried)]
+
+
+def _dotted(path: tuple[str, ...]) -> str:
+    return ".".join(path)
 
 
 def _worker_pod(target: Mapping[str, Any], built: MergedPod | None = None) -> PodTemplate:
@@ -315,18 +306,17 @@ def _worker_pod(target: Mapping[str, Any], built: MergedPod | None = None) -> Po
     )
 
 
-def _worker_ops(
+def _worker_spec(
     target: Mapping[str, Any],
-    ahead: Mapping[str, Any],
     offload: Offload,
     role: RoleOffload,
     built: MergedPod,
     own: str | None,
-) -> tuple[list[dict[str, Any]], dict[str, Any]] | Conflict:
+) -> tuple[dict[str, Any], dict[str, Any]] | Conflict:
     """The worker template's memory, /dev/shm, disk and (where its vLLM reads its own command
-    line: `vllm serve --headless` through "$@") the flag, as guarded JSON patches of its
-    atomic containers, volumes and initContainers; and the template's record. `ahead`: the
-    target as the predictor's ops leave it (for the guards)."""
+    line: `vllm serve --headless` through "$@") the flag, in its atomic containers, volumes
+    and initContainers carried whole (the apply's spec.predictor.workerSpec); and the
+    template's record."""
     pod = _worker_pod(target, built)
     parts = pod_parts(target, offload, pod, mount_disk=True, role=role)
     if isinstance(parts, Conflict):
@@ -336,20 +326,24 @@ def _worker_ops(
     if command.runs_vllm(built.worker_container) and not command.drops_args(built.worker_container):
         users = user_args(target, pod.container.get("args") or [], own)
         item["args"] = [*users, *offload.dtype_args, KV_FLAG, role.arg]
-    containers = [item, *(get(target, *_WORKER, "containers") or [])[1:]]
-    volumes = with_items(pod.volumes, parts.volumes, OWN_VOLUMES)
-    init = with_items(
-        get(target, *_WORKER, "initContainers") or [], parts.init_containers, {EVICTOR_CONTAINER}
-    )
-    paths = [(*_WORKER, "containers"), (*_WORKER, "volumes"), (*_WORKER, "initContainers")]
-    ops: list[dict[str, Any]] = []
-    for path, value in zip(paths, (containers, volumes, init), strict=True):
-        ops += list_ops(ahead, path, value)
-        ahead = with_list(ahead, path, value)
+    lists = {
+        "containers": [item, *(get(target, *_WORKER, "containers") or [])[1:]],
+        "volumes": with_items(pod.volumes, parts.volumes, OWN_VOLUMES),
+        "initContainers": with_items(
+            get(target, *_WORKER, "initContainers") or [],
+            parts.init_containers,
+            {EVICTOR_CONTAINER},
+        ),
+    }
+    spec: dict[str, Any] = {}
+    for key, value in lists.items():
+        whole = carried_list(get(target, *_WORKER, key), value)
+        if whole is not None:
+            spec[key] = whole
     record = dict(parts.record)
     if not pod.container:
         record["createdContainer"] = True  # the take-back removes it whole
-    return ops, record
+    return spec, record
 
 
 def _worker_unapply_ops(

@@ -18,9 +18,9 @@ The vLLM container of each template is the one the annotation kvcache.io/contain
 else the one whose command and args run vLLM, else (a worker) the one named like the
 leader's, else the only container. LWS's CRD declares the pod templates' lists as the
 built-in PodSpec does (containers, volumes, env keyed by name; args atomic), so kvtier's
-entries go in a server-side apply and the flag in a JSON patch of args guarded by a `test`
-of the args read, carrying kvtier's record with it; a vLLM started by a shell script that
-does not pass its arguments on (command.py) is refused (FlagNotPassed).
+entries, its record and the flag go in one server-side apply, which carries the args of each
+container it adds the flag to whole, guarded by the resourceVersion read; a vLLM started by
+a shell script that does not pass its arguments on (command.py) is refused (FlagNotPassed).
 
 Sizing reads the engine template's flags: tensor, pipeline and data parallelism. With data
 parallelism each pod runs --data-parallel-size-local engines (data / size when not given);
@@ -41,7 +41,7 @@ from kvtier.targets.base import Conflict, Related, RelatedObjects
 from kvtier.targets.command import ENTRYPOINT, drops_args, model, runs_vllm, server_args
 from kvtier.targets.facts import RoleFacts, TargetFacts, get, template_path
 from kvtier.targets.offload import DECODE, Offload
-from kvtier.targets.patch import apply_write, json_patch, list_ops, pointer
+from kvtier.targets.patch import apply_write, pointer
 from kvtier.targets.pod import (
     KV_FLAG,
     PodTemplate,
@@ -53,7 +53,6 @@ from kvtier.targets.pod import (
     pod_unapply_ops,
     put_template,
     record_at,
-    record_ops,
     recorded,
     summary,
     template_body,
@@ -270,7 +269,7 @@ class LeaderWorkerSet:
         if offload.kv_cache_dtype:
             record["kvCacheDtype"] = offload.kv_cache_dtype
         spec: dict[str, Any] = {}
-        ops: list[dict[str, Any]] = []
+        carried: list[str] = []
         request: int | None = None
         for template in _templates(obj):
             pod = _pod(obj, template)
@@ -284,21 +283,16 @@ class LeaderWorkerSet:
             parts = pod_parts(obj, offload, pod, mount_disk=True, role=role)
             if isinstance(parts, Conflict):
                 return parts
+            name = container.get("name")
+            main = {"name": name, **parts.container}
             if _takes_flag(obj, template, container):
-                assert pod.args_path is not None
                 users = user_args(obj, container.get("args") or [], own)
-                args = [*users, *offload.dtype_args, KV_FLAG, role.arg]
-                changed = list_ops(obj, pod.args_path, args)
-                if changed:
-                    ops += [*map(dict, pod.container_guard), *changed]
-            main = {"name": container.get("name"), **parts.container}
+                main["args"] = [*users, *offload.dtype_args, KV_FLAG, role.arg]
+                carried.append(f"spec.{template}.spec.containers[name={name}].args")
             put_template(spec, f"{template}.spec", template_body(main, parts))
             file_record(record, template, parts.record)
             if request is None:
                 request = int(parts.record["memoryRequest"]["applied"])
-        if ops:  # the args and the record naming kvtier's flag in them change in one request
-            ops += record_ops(obj, record)
-        lists = json_patch(obj, ops, f"args {KV_FLAG} after the user's own")
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": KIND,
@@ -306,8 +300,8 @@ class LeaderWorkerSet:
             "spec": spec,
         }
         assert request is not None
-        write = apply_write(obj, body, summary(obj, offload, f"args {KV_FLAG}", request))
-        return [*lists, write]
+        how = summary(obj, offload, f"args {KV_FLAG}", request)
+        return [apply_write(obj, body, how, carried)]
 
     def unapply(self, obj: Mapping[str, Any]) -> list[DesiredWrite]:
         if not recorded(obj):

@@ -1,10 +1,18 @@
-"""The two writes a target kind sends, and the guarded JSON patch ops they are made of.
+"""The one write a target kind sends per change, and the guarded JSON patch ops of its
+take-back.
 
-- an apply (server-side, field manager kvtier-operator) whose body holds only kvtier's
-  fields: keyed lists and plain maps merge, so the user's other entries stay theirs;
-- a JSON patch for what an apply would replace whole (atomic lists, the take-back): every op
-  is guarded by a `test` of the exact value kvtier read, so a concurrent change fails the
-  patch (it is re-read and re-rendered), it is never overwritten.
+- an apply (server-side, field manager kvtier-operator, forced) whose body holds kvtier's
+  fields: keyed lists and plain maps merge, so the user's other entries stay theirs. An atomic
+  list kvtier adds to (a container's args, KServe's predictor volumes) is carried whole: the
+  user's items as read with kvtier's. Such an apply is guarded (`apply_write(..., carried)`):
+  it is sent only while the object's generation is the one read, with the resourceVersion
+  just read as its precondition (controller/writer.py), so a concurrent edit of the list is
+  never overwritten: kvtier re-reads and re-renders instead.
+  kvtier's ownership then covers the whole list, so an apply that later leaves it out would
+  delete it: while the object holds the list, every apply carries it (`carried_list`);
+- a JSON patch for the take-back (and a scheduler's inline plugins given back): every op is
+  guarded by a `test` of the exact value kvtier read, so a concurrent change fails the patch
+  (it is re-read and re-rendered), it is never overwritten.
 """
 
 from __future__ import annotations
@@ -68,20 +76,6 @@ def list_ops(
     if not new:
         return [test, {"op": "remove", "path": pointer(path)}]
     return [test, {"op": "replace", "path": pointer(path), "value": list(new)}]
-
-
-def with_list(target: Mapping[str, Any], path: Sequence[str], new: Sequence[Any]) -> dict[str, Any]:
-    """`target` as list_ops(target, path, new) leaves it: for the guards of a later op of the
-    same patch, which test what the ops before them left."""
-    out = copy.deepcopy(dict(target))
-    node = out
-    for key in path[:-1]:
-        node = node[key]
-    if new:
-        node[path[-1]] = copy.deepcopy(list(new))
-    else:
-        node.pop(path[-1], None)
-    return out
 
 
 def value_ops(
@@ -156,9 +150,33 @@ def json_patch(
     ]
 
 
-def apply_write(target: Mapping[str, Any], body: dict[str, Any], summary: str) -> DesiredWrite:
-    """The server-side apply of `body` (kvtier's fields of the target, as its apiVersion)."""
+def carried_list(current: Sequence[Any] | None, new: Sequence[Any]) -> list[Any] | None:
+    """The atomic list an apply carries whole: `new` (the user's items as read with kvtier's)
+    whenever it or the object holds one; None when neither does (nothing to carry). An empty
+    `new` is carried as [] while the object still holds kvtier's items, so they go."""
+    return list(new) if new or current else None
+
+
+def apply_write(
+    target: Mapping[str, Any],
+    body: dict[str, Any],
+    summary: str,
+    carried: Sequence[str] = (),
+) -> DesiredWrite:
+    """The server-side apply of `body` (kvtier's fields of the target, as its apiVersion).
+    `carried`: the dotted paths (as served_schema.replaced_parts names them) of the atomic
+    lists the body carries whole; the apply is then guarded by the target's generation as
+    read (a target read without one, in an offline plan, is not guarded)."""
     meta = target["metadata"]
+    generation = meta.get("generation") if carried else None
     return DesiredWrite(
-        "Apply", body["apiVersion"], body["kind"], meta["name"], meta["namespace"], body, summary
+        "Apply",
+        body["apiVersion"],
+        body["kind"],
+        meta["name"],
+        meta["namespace"],
+        body,
+        summary,
+        tuple(carried),
+        generation if isinstance(generation, int) else None,
     )

@@ -36,7 +36,7 @@ from kvtier.sizing.vllm import ACCESS_KEY_ENV, SECRET_KEY_ENV, SHM_FILES, SHM_PA
 from kvtier.targets.base import Conflict
 from kvtier.targets.facts import by_key, get
 from kvtier.targets.offload import DECODE, DTYPE_FLAG, Offload, RoleOffload
-from kvtier.targets.patch import item_ops, json_patch, list_ops, pointer, value_ops
+from kvtier.targets.patch import item_ops, json_patch, list_ops, value_ops
 from kvtier.targets.server_flags import ADDITIONAL_ARGS_ENV
 from kvtier.tiers.base import PerPodClaim
 
@@ -124,44 +124,6 @@ def metadata(target: Mapping[str, Any], record: Mapping[str, Any] | None) -> dic
         text = json.dumps(record, separators=(",", ":"), sort_keys=True)
         out["annotations"] = {APPLIED_ANNOTATION: text}
     return out
-
-
-# The parts of kvtier's record that describe what a JSON patch of atomic lists changes: the
-# flags in args, and a user's own /dev/shm volume resized in the volumes list.
-LIST_RECORD_KEYS = ("kvTransferConfig", "kvCacheDtype", "shm")
-
-
-def record_ops(target: Mapping[str, Any], record: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """JSON patch ops that bring kvtier's record on the target up to date for what a patch of
-    atomic lists changes (LIST_RECORD_KEYS of the new `record`; the rest as it is, since it
-    describes fields only the apply after it changes). The lists and their record then change
-    in one request: a write cut off after it (an API server restart) never leaves a flag
-    whose record names another, which the next reconcile would take for the user's."""
-    now = {k: v for k, v in applied(target).items() if k not in LIST_RECORD_KEYS}
-    now.update({k: record[k] for k in LIST_RECORD_KEYS if k in record})
-    text = metadata(target, now)["annotations"][APPLIED_ANNOTATION]
-    if get(target, "metadata", "annotations", APPLIED_ANNOTATION) == text:
-        return []
-    if isinstance(get(target, "metadata", "annotations"), Mapping):
-        return [
-            {
-                "op": "add",
-                "path": pointer(["metadata", "annotations", APPLIED_ANNOTATION]),
-                "value": text,
-            }
-        ]
-    # A new annotations map: only if the object is still the one read, so that annotations
-    # someone added meanwhile are never replaced.
-    version = get(target, "metadata", "resourceVersion")
-    guard = (
-        []
-        if version is None
-        else [{"op": "test", "path": "/metadata/resourceVersion", "value": version}]
-    )
-    return [
-        *guard,
-        {"op": "add", "path": "/metadata/annotations", "value": {APPLIED_ANNOTATION: text}},
-    ]
 
 
 def env(container: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:

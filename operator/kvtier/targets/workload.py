@@ -7,10 +7,11 @@ spec.template, the vLLM container started as `vllm serve MODEL ...` or
 The container is the one the tier names (spec.targetRef.container), else the one whose
 command and args run vLLM, else the only container. The built-in PodSpec merges containers,
 volumes, initContainers and env by name and volumeMounts by mountPath, so kvtier's entries go
-in a server-side apply; `args` is atomic, so the flag is added by a JSON patch guarded by a
-`test` of the exact args read (vLLM takes command + args as one argv, so the flag appended to
-args reaches it). A container that runs vLLM through a shell script that does not pass its
-arguments on (no `"$@"`, command.py) would drop the flag: refused, never reported Applied.
+in a server-side apply; `args` is atomic, so the same apply carries the container's args whole
+(the user's, then the flag), guarded by the resourceVersion read (targets/patch.py). vLLM
+takes command + args as one argv, so the flag appended to args reaches it. A container that
+runs vLLM through a shell script that does not pass its arguments on (no `"$@"`, command.py)
+would drop the flag: refused, never reported Applied.
 
 kvtier's own evictor Deployments (label app.kubernetes.io/managed-by=kvtier) are never a
 target.
@@ -29,7 +30,7 @@ from kvtier.targets import facts as read
 from kvtier.targets.base import Conflict, Related, RelatedObjects
 from kvtier.targets.facts import TargetFacts, get
 from kvtier.targets.offload import Offload
-from kvtier.targets.patch import apply_write, json_patch, list_ops, pointer
+from kvtier.targets.patch import apply_write, pointer
 from kvtier.targets.pod import (
     KV_FLAG,
     TOP,
@@ -39,7 +40,6 @@ from kvtier.targets.pod import (
     metadata,
     pod_parts,
     pod_unapply_ops,
-    record_ops,
     recorded,
     summary,
     template_body,
@@ -188,16 +188,11 @@ class Workload:
         parts = pod_parts(obj, offload, pod, mount_disk=True)
         if isinstance(parts, Conflict):
             return parts
-        args = _with_flag(obj, container, own, offload)
-        assert pod.args_path is not None and pod.container_path is not None
         record = {**parts.record, "kvTransferConfig": offload.arg}
         if offload.kv_cache_dtype:
             record["kvCacheDtype"] = offload.kv_cache_dtype
-        ops = list_ops(obj, pod.args_path, args)
-        if ops:
-            ops = [*map(dict, pod.container_guard), *ops, *record_ops(obj, record)]
-        lists = json_patch(obj, ops, f"args {KV_FLAG} after the user's own")
-        main = {"name": container.get("name"), **parts.container}
+        name = container.get("name")
+        main = {"name": name, **parts.container, "args": _with_flag(obj, container, own, offload)}
         body = {
             "apiVersion": f"{GROUP}/v1",
             "kind": self.kind,
@@ -205,8 +200,9 @@ class Workload:
             "spec": {"template": {"spec": template_body(main, parts)}},
         }
         request = record["memoryRequest"]["applied"]
-        write = apply_write(obj, body, summary(obj, offload, f"args {KV_FLAG}", request))
-        return [*lists, write]
+        how = summary(obj, offload, f"args {KV_FLAG}", request)
+        carried = (f"spec.template.spec.containers[name={name}].args",)
+        return [apply_write(obj, body, how, carried)]
 
     def unapply(self, obj: Mapping[str, Any]) -> list[DesiredWrite]:
         if not recorded(obj):
