@@ -3,7 +3,8 @@ for every target kind the tier's first application is one write of kvtier's to t
 (the API server's audit log) and one generation; each of 20 forced re-applies of the user's
 manifest by another field manager (a pipeline's `kubectl apply --server-side
 --force-conflicts`, which takes kvtier's flag and memory back) costs exactly its own
-generation plus one restoring write. The atomic lists that write carries whole are guarded:
+generation plus one restoring write (a write the API server refused, 409, is counted apart:
+it changes nothing). The atomic lists that write carries whole are guarded:
 a write rendered from a read the object has moved past is refused (409), never overwrites
 what changed meanwhile."""
 
@@ -14,6 +15,8 @@ import copy
 import functools
 import json
 import time
+from collections import Counter
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -102,12 +105,30 @@ def generation(api: client.ApiClient, ns: str, body: dict[str, Any]) -> int:
     return int(live(api, ns, body)["metadata"]["generation"])
 
 
-def target_writes(cluster: LocalCluster, ns: str, body: dict[str, Any], since: float) -> int:
-    """kvtier's writes to the target itself since `since` (the audit log)."""
-    names: list[str] = []
-    audit.writes(cluster.audit_log, since=since, names=names, namespace=ns)
-    prefix = f"{PLURALS[body['kind']]}/{body['metadata']['name']} "
-    return sum(1 for n in names if n.split(" ", 1)[1].startswith(prefix))
+def target_writes(
+    cluster: LocalCluster, ns: str, body: dict[str, Any], since: float
+) -> Counter[int]:
+    """kvtier's write requests to the target itself since `since`, by the API server's
+    answer (the audit log): 200 for a write it took, 409 for one it refused."""
+    audit.writes(cluster.audit_log, since=since)  # fails if the log records nothing
+    answers: Counter[int] = Counter()
+    for line in cluster.audit_log.read_text().splitlines():
+        entry = json.loads(line)
+        ref = entry.get("objectRef") or {}
+        if (
+            entry.get("stage") == "ResponseComplete"
+            and entry.get("verb") in audit.WRITE_VERBS
+            and entry.get("user", {}).get("username") == audit.OPERATOR_USER
+            and (ref.get("resource"), ref.get("namespace"), ref.get("name"), ref.get("subresource"))
+            == (PLURALS[body["kind"]], ns, body["metadata"]["name"], None)
+            and _epoch(entry["stageTimestamp"]) >= since
+        ):
+            answers[int(entry.get("responseStatus", {}).get("code", 0))] += 1
+    return answers
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def reached(api: client.ApiClient, ns: str, body: dict[str, Any], want: int) -> bool:
@@ -149,7 +170,7 @@ def test_one_write_per_change_and_per_forced_reapply(
     )
     wait_condition(admin_api, ns, name, "Applied", "True", timeout=90)
     settled(admin_api, ns, body, 2)
-    assert target_writes(cluster, ns, body, start) == 1
+    assert target_writes(cluster, ns, body, start)[200] == 1
     applied = live(admin_api, ns, body)
     assert APPLIED_ANNOTATION in applied["metadata"]["annotations"]
 
@@ -167,7 +188,14 @@ def test_one_write_per_change_and_per_forced_reapply(
         seen.append(generation(admin_api, ns, body))
     settled(admin_api, ns, body, 2 + 2 * ROUNDS)
     assert seen == [2 + 2 * r for r in range(1, ROUNDS + 1)]
-    assert target_writes(cluster, ns, body, begin) == ROUNDS
+    answers = target_writes(cluster, ns, body, begin)
+    # One write taken per re-apply. Where the object's own controller writes its status right
+    # after each change of the spec (a Deployment's, a StatefulSet's), the status may move
+    # between kvtier's read and its apply: the API server refuses that apply (409, nothing
+    # changed) and the writer sends it again. Refused attempts are reported, never taken.
+    print(f"{kind}: kvtier's requests to the target over {ROUNDS} re-applies: {dict(answers)}")
+    assert answers[200] == ROUNDS
+    assert set(answers) <= {200, 409}
     restored = live(admin_api, ns, body)
     assert restored["spec"] == applied["spec"]  # each restore put back the whole tier
 
@@ -209,7 +237,7 @@ def test_a_write_from_a_stale_read_is_refused(
     Kube(admin_api).request(
         "PATCH",
         _path(ns, body) + "/status",
-        json.dumps({"status": {"url": "http://stale.example"}}),
+        {"status": {"url": "http://stale.example"}},
         content_type="application/merge-patch+json",
     )
     first = asyncio.run(writer.send(write([*model["args"], "--enforce-eager"])))

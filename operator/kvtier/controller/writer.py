@@ -123,12 +123,20 @@ class Writer:
 
     async def _guarded_apply(self, w: DesiredWrite, generation: int) -> Any:
         """An apply that carries atomic lists whole, rendered from the object at `generation`:
-        sent only while the object's spec is still that one (its generation), with the
-        resourceVersion just read as the precondition. Status writes of the object's own
-        controller (KServe, a Deployment's) move its resourceVersion, not its generation: a
-        guard on the version read by the decision would refuse most writes made right after
-        a change. A 409 when the spec changed since: the fresh object is cached first."""
+        sent only while the object's spec is still that one, with a resourceVersion of that
+        generation as its precondition: first the cached object's, then (after a 409) one just
+        read. Status writes of the object's own controller (KServe's, a Deployment's) move the
+        resourceVersion, not the generation, so they never refuse a write for good; a change
+        of the spec does: a 409 goes up, after the fresh object is cached for the re-render."""
+        meta = self._cached_meta(w)
         for _ in range(3):  # a status write between the read and the apply: read again
+            if meta.get("generation") == generation and meta.get("resourceVersion"):
+                guarded = {**w.body["metadata"], "resourceVersion": meta["resourceVersion"]}
+                try:
+                    return await self.apply({**w.body, "metadata": guarded}, w.kind)
+                except ApiException as exc:
+                    if exc.status != 409:
+                        raise
             fresh = await asyncio.to_thread(
                 self.kube.get, w.api_version, w.kind, w.name, w.namespace
             )
@@ -141,13 +149,15 @@ class Writer:
                     reason=f"{w.kind} {w.name} changed since it was read (generation "
                     f"{meta.get('generation')}, rendered from {generation})",
                 )
-            version = {**w.body["metadata"], "resourceVersion": meta["resourceVersion"]}
-            try:
-                return await self.apply({**w.body, "metadata": version}, w.kind)
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
         raise ApiException(status=409, reason=f"{w.kind} {w.name} kept changing")
+
+    def _cached_meta(self, w: DesiredWrite) -> Mapping[str, Any]:
+        """The metadata of the cached view of the write's object in its apiVersion ({} when
+        none is cached)."""
+        views = self.cache.targets.get((w.kind, w.namespace or "", w.name)) or {}
+        view = views.get(w.api_version) or {}
+        meta: Mapping[str, Any] = view.get("metadata") or {}
+        return meta
 
     async def apply(self, body: Mapping[str, Any], kind: str | None = None) -> Any:
         """Server-side apply; counted (by `kind`, else the body's) once the server took it."""
