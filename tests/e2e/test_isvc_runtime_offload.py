@@ -76,9 +76,9 @@ def template(stack: KServeISVCStack, ns: str, name: str) -> dict[str, Any]:
 
 def settled_template(stack: KServeISVCStack, ns: str, name: str, want: str) -> dict[str, Any]:
     """The template once KServe has turned the InferenceService as kvtier left it into one
-    (kvtier's JSON patch and its apply are two writes, each a KServe reconcile): its
-    container's args carry `want` (kvtier's flag value; none when `want` is empty) and its
-    memory request is the service's."""
+    (KServe may still show the service as it was before kvtier's write): its container's args
+    carry `want` (kvtier's flag value; none when `want` is empty) and its memory request is
+    the service's."""
 
     def check() -> dict[str, Any] | None:
         found = template(stack, ns, name)

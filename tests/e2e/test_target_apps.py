@@ -102,9 +102,9 @@ def vllm_argv(pod: Any) -> list[str]:
 
 
 def flagged_pod(api: client.ApiClient, ns: str, name: str, kind: str) -> Any:
-    """The pod the workload's controller built from the template as kvtier left it (kvtier's
-    JSON patch and its apply are two writes, so an earlier rollout's pod may carry the flag
-    without the memory): its vLLM container's args and resources are the template's."""
+    """The pod the workload's controller built from the template as kvtier left it (an
+    earlier rollout's pod, of the user's template or one of a forced re-apply, may still be
+    there): its vLLM container's args and resources are the template's."""
 
     def check() -> Any:
         body = {"kind": kind, "metadata": {"name": name}}
