@@ -243,6 +243,15 @@ def test_a_trace_replays_from_the_command_line(
     assert doc["scenarios"][0]["hitRatios"]["gpu"] > 0.8  # three prefixes, one replica
 
 
+def test_sessions_and_concurrency_are_set_apart(capsys: pytest.CaptureFixture[str]) -> None:
+    workload = _json(capsys, "--sessions", "28", "--concurrency", "7")["workload"]
+    assert (workload["shape"], workload["sessions"], workload["concurrency"]) == (
+        "agentic",
+        28,
+        7,
+    )
+
+
 def test_help_does_not_import_the_simulator() -> None:
     code = (
         "import sys; from kvtier.cli import main; main(['--help']); "

@@ -267,3 +267,29 @@ def test_decode_runs_leave_the_studys_figures_as_step_by_step(
     batched = simulate(config).as_dict()["scenarios"]
     monkeypatch.setattr(engine, "MAX_DECODE_RUN", 1)  # every step its own event
     assert simulate(config).as_dict()["scenarios"] == batched
+
+
+def test_agentic_concurrency_is_set_apart_from_the_sessions() -> None:
+    # 28 sessions (distinct prefixes) served by 7 clients: never more than 7 in flight, and
+    # every session gets its turns.
+    from kvtier.simulate import Workload, study_config
+
+    config = study_config(
+        workload=Workload(sessions=28, concurrency=7),
+        duration_seconds=1200.0,
+        warmup_seconds=0.0,
+        scenarios=("none",),
+    )
+    stats = run_scenario(config, derive(config), "none")
+    events = sorted(
+        [(r.arrival, 1) for r in stats.requests] + [(r.finished, -1) for r in stats.requests]
+    )
+    in_flight = peak = 0
+    for _, change in events:
+        in_flight += change
+        peak = max(peak, in_flight)
+    assert peak == 7
+    assert {r.affinity[1] for r in stats.requests} == set(range(28))
+    with pytest.raises(SizingError) as err:
+        derive(dataclasses.replace(config, workload=Workload(sessions=4, concurrency=5)))
+    assert err.value.field == "concurrency"

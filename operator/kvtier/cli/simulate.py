@@ -66,7 +66,7 @@ _FLAGS = {
     "trace": "--trace",
 }
 _AGENTIC = ("sessions", "tool_tokens", "think", "system_prompt", "context")
-_SHARED = ("groups", "questions", "prefix_tokens", "question_tokens", "concurrency")
+_SHARED = ("groups", "questions", "prefix_tokens", "question_tokens")
 
 
 def register(subparsers: Subparsers) -> None:
@@ -141,7 +141,11 @@ def register(subparsers: Subparsers) -> None:
         help="open-loop Poisson arrivals, a stage per rate (e.g. 5,10,20,40)",
     )
     s.add_argument("--stage-seconds", metavar="SECONDS", help="each rate's stage (default 60)")
-    s.add_argument("--concurrency", metavar="N", help="closed loop: clients, instead of --rate")
+    s.add_argument(
+        "--concurrency",
+        metavar="N",
+        help="closed loop: clients, instead of --rate; with --sessions, clients serving them",
+    )
     s.add_argument(
         "--trace",
         metavar="FILE",
@@ -493,7 +497,7 @@ def _workload(args: argparse.Namespace, changes: dict[str, Any]) -> Workload | S
             raise CliError(f"simulate: {_flag(clash[0])}: does not apply to --trace")
         block = count(args.trace_block_tokens or "512", "--trace-block-tokens")
         return read_trace(args.trace, block)
-    if shared or open_loop:
+    if shared or open_loop or (args.concurrency is not None and args.sessions is None):
         if agentic:
             raise CliError(
                 f"simulate: {_flag(agentic[0])}: an agentic-session flag, but "
@@ -537,6 +541,8 @@ def _workload(args: argparse.Namespace, changes: dict[str, Any]) -> Workload | S
         workload["system_prompt_tokens"] = min(base.system_prompt_tokens, start // 2)
     if args.think is not None:
         workload["think_seconds"] = number(args.think, "--think", zero=True)
+    if args.concurrency is not None:
+        workload["concurrency"] = count(args.concurrency, "--concurrency")
     return dataclasses.replace(base, **workload)
 
 

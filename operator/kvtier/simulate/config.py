@@ -92,6 +92,7 @@ class Workload:
     output_tokens: int = 150  # mean, exponential
     tool_tokens: int = 2_000  # mean tool result appended per turn, exponential
     think_seconds: float = 0.0  # mean tool time between turns (0: a fixed-concurrency client)
+    concurrency: int | None = None  # clients serving the sessions; None: one per session
 
     @property
     def longest_prompt(self) -> int:
@@ -110,6 +111,8 @@ class Workload:
                 "systemPromptTokens",
                 f"must be below a session's starting context {self.start_tokens:,}",
             )
+        if self.concurrency is not None and not 0 < self.concurrency <= self.sessions:
+            raise SizingError("concurrency", f"must be 1 to the {self.sessions} sessions")
         if not (math.isfinite(self.think_seconds) and self.think_seconds >= 0):
             raise SizingError("thinkSeconds", f"must be zero or more, got {self.think_seconds}")
 

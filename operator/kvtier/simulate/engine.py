@@ -529,7 +529,13 @@ def run_scenario(
     ]
     router = Router(config, replicas, derived.block_tokens)
     w = config.workload
-    if isinstance(w, Workload):
+    if isinstance(w, Workload) and w.concurrency:
+        pool: simpy.Store = simpy.Store(env)
+        for slot in range(w.sessions):
+            pool.put(_Session(config, w, slot, len(replicas)))
+        for _ in range(w.concurrency):
+            env.process(_agent_client(env, w, router, pool))
+    elif isinstance(w, Workload):
         for slot in range(w.sessions):
             env.process(_sessions(env, config, w, router, slot))
     elif isinstance(w, SharedPrefix):
@@ -579,6 +585,64 @@ def _sessions(
             context += output + tool
             yield env.timeout(think)
         context = w.start_tokens
+
+
+class _Session:
+    """One agentic session's state, served by whichever client takes it (--concurrency)."""
+
+    def __init__(self, config: SimConfig, w: Workload, slot: int, replicas: int) -> None:
+        self.rng = random.Random(f"{config.seed}/{slot}")
+        self.slot, self.replicas, self.number = slot, replicas, 0
+        span = w.end_tokens - w.start_tokens
+        self.context = w.start_tokens + round(self.rng.random() * span)
+        self.new_session()
+
+    def new_session(self) -> None:
+        self.number += 1
+        self.key = ("session", self.slot, self.number)
+        self.home = self.rng.randrange(self.replicas)
+
+
+def _agent_client(
+    env: simpy.Environment, w: Workload, router: Router, pool: simpy.Store
+) -> Process:
+    """A client of `concurrency`: it takes the idle session waiting longest, sends its next
+    turn, and hands it back after the tool time; so sessions (distinct prefixes) and
+    concurrency are set apart."""
+    while True:
+        session: _Session = yield pool.get()
+        rng = session.rng
+        output = max(1, round(rng.expovariate(1 / w.output_tokens)))
+        tool = round(rng.expovariate(1 / w.tool_tokens)) if w.tool_tokens else 0
+        think = rng.expovariate(1 / w.think_seconds) if w.think_seconds else 0.0
+        pick = rng.randrange(session.replicas)
+        segments: tuple[Segment, ...] = (
+            (
+                (SYSTEM, w.system_prompt_tokens),
+                (session.key, session.context - w.system_prompt_tokens),
+            )
+            if w.system_prompt_tokens
+            else ((session.key, session.context),)
+        )
+        done = env.event()
+        router.route(
+            Request(segments, output, env.now, session.key, done),
+            random_pick=pick,
+            home=session.home,
+        )
+        yield done
+        session.context += output + tool
+        if session.context > w.end_tokens:
+            session.context = w.start_tokens
+            session.new_session()
+        env.process(_hand_back(env, pool, session, think))
+
+
+def _hand_back(
+    env: simpy.Environment, pool: simpy.Store, session: _Session, think: float
+) -> Process:
+    yield env.timeout(think)
+    yield pool.put(session)
 
 
 def _group_request(env: simpy.Environment, w: SharedPrefix, rng: random.Random) -> Request:

@@ -99,6 +99,7 @@ def workload_dict(w: Workload | SharedPrefix | Trace) -> dict[str, Any]:
             "outputTokens": w.output_tokens,
             "toolTokens": w.tool_tokens,
             "thinkSeconds": w.think_seconds,
+            "concurrency": w.concurrency or w.sessions,
         }
     if isinstance(w, SharedPrefix):
         return {
