@@ -980,7 +980,13 @@ HISTORY = (
     "changes (a decide 0.38 → 0.24 ms), and watch events and responses decoded by orjson "
     "(2.6× faster; floor (c) decodes the same way). Last, the client's token refresh hook "
     "(which re-read the proxy environment on every request, 8.5% of the operator's GIL "
-    "time) runs once per 10 s; the floors share that REST layer and gain the same."
+    "time) runs once per 10 s; the floors share that REST layer and gain the same. Since "
+    "(issue U): one write per target per change, the atomic lists carried whole in the "
+    "guarded apply instead of a JSON patch beside it (5.32 → 4.82 writes per tier), and "
+    "each OpenAPI document read and resolved once per kind: asking for a second kind of a "
+    "group version's document evicted the first, so with InferenceService and "
+    "LLMInferenceService tiers side by side every reconcile re-read KServe's documents "
+    "(56% of the operator's GIL samples, 153 CPU-s at N=500 on a loaded machine; 7.9 after)."
 )
 
 

@@ -95,7 +95,7 @@ def test_atomic_spec_is_seen_whatever_the_managed_fields(managed_fields: Any) ->
 
 def test_atomic_list_with_the_users_items_is_a_replacement() -> None:
     """InferenceService's predictor.volumes has no list type in KServe's full CRD: an apply
-    of kvtier's volume alone would drop the user's (kvtier JSON-patches it instead)."""
+    of kvtier's volume alone would drop the user's (kvtier carries the list whole instead)."""
     body = apply_body()
     body["spec"]["predictor"]["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
     assert replaced_parts(served_schema(*ISVC), body, isvc()) == ["spec.predictor.volumes"]
@@ -106,6 +106,25 @@ def test_atomic_list_with_the_users_items_is_a_replacement() -> None:
     same = isvc()
     same["spec"]["predictor"]["volumes"] = copy.deepcopy(body["spec"]["predictor"]["volumes"])
     assert replaced_parts(served_schema(*ISVC), body, same) == []
+
+
+def test_a_list_carried_whole_is_not_refused() -> None:
+    """kvtier's apply carries the atomic volumes whole, the user's items with its own
+    (DesiredWrite.carried): AtomicSpec leaves that list alone, and still sees any other."""
+    body = apply_body()
+    body["spec"]["predictor"]["volumes"] = [
+        *isvc()["spec"]["predictor"]["volumes"],
+        {"name": "kvtier-dshm", "emptyDir": {"medium": "Memory"}},
+    ]
+    schemas = {ISVC[0]: served_schema(*ISVC)}
+
+    def write(carried: tuple[str, ...]) -> DesiredWrite:
+        return DesiredWrite("Apply", *ISVC, "llama", "llm", body, "kvtier's", carried, 1)
+
+    assert atomic_verdict(schemas, [write(("spec.predictor.volumes",))], isvc()) is None
+    refused = atomic_verdict(schemas, [write(())], isvc())
+    assert refused is not None and refused.reason == "AtomicSpec"
+    assert "spec.predictor.volumes" in refused.message
 
 
 def test_keyed_list_items_are_matched_by_key() -> None:
@@ -136,7 +155,11 @@ def test_kind_schema_reads_the_group_version_document() -> None:
                     ],
                     "properties": {
                         "metadata": {"allOf": [{"$ref": "#/components/schemas/io.k8s.ObjectMeta"}]},
-                        "spec": {"type": "object", "x-kubernetes-map-type": "atomic"},
+                        "spec": {
+                            "type": "object",
+                            "x-kubernetes-map-type": "atomic",
+                            "description": "how it merges is all a resolved schema keeps",
+                        },
                     },
                 },
             }
@@ -145,7 +168,7 @@ def test_kind_schema_reads_the_group_version_document() -> None:
     found = kind_schema(document, "serving.kserve.io/v1beta1", "X")
     assert found is not None
     assert found["properties"]["metadata"] == meta
-    assert found["properties"]["spec"]["x-kubernetes-map-type"] == "atomic"
+    assert found["properties"]["spec"] == {"type": "object", "x-kubernetes-map-type": "atomic"}
     assert kind_schema(document, "serving.kserve.io/v1beta1", "Y") is None
     assert kind_schema(document, "serving.kserve.io/v1", "X") is None
 

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from kvtier.render.served_schema import kind_schema
+from kvtier.render.served_schema import document_kinds, kind_schema
 from kvtier.targets.registry import KINDS
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,12 @@ class SchemaWatch:
         self.index: Mapping[str, Any] | None = None
         # (document URL, kind) → that kind's schema (None: the document has no such kind).
         self.schemas: dict[tuple[str, str], dict[str, Any] | None] = {}
+        # One document read at a time: workers that ask together for a schema not read yet
+        # wait for the first one's read instead of each decoding the same megabytes.
+        self._reading = threading.Lock()
+        # document URL → the kinds it defines, so a kind it lacks is known without reading it
+        # again (an InferenceService tier asks every version of KServe's group).
+        self.kinds_in: dict[str, frozenset[str]] = {}
 
     def schema_of(self, api_version: str, kind: str) -> dict[str, Any] | None:
         """The schema the API server serves for `kind` at `api_version`; None when it serves
@@ -99,14 +106,24 @@ class SchemaWatch:
             if url is None:
                 return None
             key = (url, kind)
-            if key not in self.schemas:
-                found = kind_schema(self.read_document(url), api_version, kind)
+            if key in self.schemas:
+                return self.schemas[key]
+            if url in self.kinds_in and kind not in self.kinds_in[url]:
+                return None
+            with self._reading:
+                if key in self.schemas:  # read meanwhile by the worker this one waited for
+                    return self.schemas[key]
+                document = self.read_document(url)
+                found = kind_schema(document, api_version, kind)
                 # Only the current document of each group version is kept: the kinds read
                 # from an older one (another hash) go, those of this one stay.
                 base = url.split("?", 1)[0]
                 stale = [k for k in self.schemas if k[0] != url and k[0].split("?", 1)[0] == base]
                 for old in stale:
                     del self.schemas[old]
+                for old_url in [u for u in self.kinds_in if u != url and u.split("?")[0] == base]:
+                    del self.kinds_in[old_url]
+                self.kinds_in[url] = document_kinds(document)
                 self.schemas[key] = found
             return self.schemas[key]
         except Exception as exc:  # discovery is advisory: never a crash

@@ -28,6 +28,9 @@ GVK = "x-kubernetes-group-version-kind"
 _REF_PREFIX = "#/components/schemas/"
 # An apply's identity fields, never merged as content.
 _IDENTITY = ("apiVersion", "kind")
+# Not kept in a resolved schema: `allOf` is folded in; descriptions say nothing of how a part
+# merges and are most of a CRD's schema (an operator keeps KServe's for its whole life).
+_DROPPED = frozenset({"allOf", "description"})
 
 
 def kind_schema(document: Mapping[str, Any], api_version: str, kind: str) -> dict[str, Any] | None:
@@ -45,6 +48,17 @@ def kind_schema(document: Mapping[str, Any], api_version: str, kind: str) -> dic
                 resolved: dict[str, Any] = _Resolver(schemas).node(schema)
                 return resolved
     return None
+
+
+def document_kinds(document: Mapping[str, Any]) -> frozenset[str]:
+    """The kinds a group version's OpenAPI v3 document defines schemas of."""
+    schemas = (document.get("components") or {}).get("schemas") or {}
+    return frozenset(
+        str(gvk.get("kind"))
+        for schema in schemas.values()
+        for gvk in schema.get(GVK) or []
+        if isinstance(gvk, Mapping)
+    )
 
 
 class _Resolver:
@@ -76,7 +90,7 @@ class _Resolver:
                 target = self.ref(ref[len(_REF_PREFIX) :])
                 rest = {k: v for k, v in node.items() if k != "$ref"}
                 return {**target, **self.node(rest)} if rest else target
-            out = {k: self.node(v) for k, v in node.items() if k != "allOf"}
+            out = {k: self.node(v) for k, v in node.items() if k not in _DROPPED}
             for part in node.get("allOf") or []:
                 for key, value in self.node(part).items():
                     out.setdefault(key, value)
