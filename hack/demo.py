@@ -257,7 +257,9 @@ def main() -> int:
     cluster = LocalCluster(default_workdir())
     cluster.up()
     scratch = Path(tempfile.mkdtemp(prefix="kvtier-demo-fio-"))  # fio needs a real disk
-    operator = OperatorProcess(cluster, cluster.workdir / "logs" / "operator.log")
+    operator = OperatorProcess(
+        cluster, cluster.workdir / "logs" / "operator.log", resync_seconds=None
+    )
     try:
         return run(cluster, operator, scratch)
     finally:

@@ -43,6 +43,9 @@ INFO = Gauge(
     (*TIER_LABELS, "topology", "mode", "target_kind", "target"),
 )
 RECONCILES = Counter("kvtier_reconcile_total", "Reconciles by result.", ("result",))
+RESYNCS = Counter(
+    "kvtier_resyncs_total", "Periodic passes that queued every tier again (--resync-seconds)."
+)
 RECONCILE_SECONDS = Histogram(
     "kvtier_reconcile_duration_seconds", "Time spent in one reconcile.", ("result",)
 )

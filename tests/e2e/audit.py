@@ -3,13 +3,67 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from localcluster import AUDIT_CONTROL, audited
+from tests.e2e.operator_process import OperatorProcess
 
 OPERATOR_USER = "system:serviceaccount:kvtier-system:kvtier-operator"
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
+
+
+def entries(
+    audit_log: Path,
+    user: str = OPERATOR_USER,
+    since: float = 0.0,
+    exclude: tuple[str, ...] = ("leases",),
+    namespace: str | None = None,
+) -> list[dict[str, Any]]:
+    """The completed write requests of `user` after `since` (epoch s), as logged.
+
+    Leader-election Lease renewals are left out by default: they are the cost of HA, paid
+    every few seconds whatever the tiers do, and counted separately where it matters. With
+    `namespace`, only writes of objects in that namespace.
+
+    Two positive controls make an empty answer mean something: the log records the
+    cluster's own control write (else the cluster audits nothing), and it records at least
+    one write of `user` at all, at any time (else the name does not match anyone who acts
+    here, and every count of it is 0)."""
+    # No log, or one without the cluster's control write: the cluster audits nothing, and a
+    # count of 0 would prove nothing.
+    if not audited(audit_log, "create", "configmaps", AUDIT_CONTROL):
+        raise AssertionError(
+            f"{audit_log} does not record the cluster's control write (ConfigMap "
+            f"default/{AUDIT_CONTROL}): the API server audits no writes here"
+        )
+    found, anything = [], False
+    for line in audit_log.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("stage") != "ResponseComplete" or entry.get("verb") not in WRITE_VERBS:
+            continue
+        if entry.get("user", {}).get("username") != user:
+            continue
+        anything = True
+        if _epoch(entry.get("stageTimestamp", "")) < since:
+            continue
+        ref = entry.get("objectRef", {})
+        if namespace is not None and ref.get("namespace") != namespace:
+            continue
+        if ref.get("resource", "") in exclude:
+            continue
+        found.append(entry)
+    if not anything:
+        raise AssertionError(
+            f"{audit_log} records no write by {user} at all: a count of its writes proves "
+            "nothing (is that the identity that acts here?)"
+        )
+    return found
 
 
 def writes(
@@ -20,36 +74,12 @@ def writes(
     names: list[str] | None = None,
     namespace: str | None = None,
 ) -> Counter[tuple[str, str]]:
-    """(verb, resource[/subresource]) → count, for completed requests after `since` (epoch s).
-
-    Leader-election Lease renewals are left out by default: they are the cost of HA, paid
-    every few seconds whatever the tiers do, and counted separately where it matters. With
-    `namespace`, only writes of objects in that namespace."""
+    """(verb, resource[/subresource]) → count of `entries` (same filters); each one's
+    "verb resource/name time" is appended to `names` when given."""
     counts: Counter[tuple[str, str]] = Counter()
-    # No log, or one without the cluster's control write: the cluster audits nothing, and a
-    # count of 0 would prove nothing.
-    if not audited(audit_log, "create", "configmaps", AUDIT_CONTROL):
-        raise AssertionError(
-            f"{audit_log} does not record the cluster's control write (ConfigMap "
-            f"default/{AUDIT_CONTROL}): the API server audits no writes here"
-        )
-    for line in audit_log.read_text().splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if entry.get("stage") != "ResponseComplete" or entry.get("verb") not in WRITE_VERBS:
-            continue
-        if entry.get("user", {}).get("username") != user:
-            continue
-        if _epoch(entry.get("stageTimestamp", "")) < since:
-            continue
+    for entry in entries(audit_log, user, since, exclude, namespace):
         ref = entry.get("objectRef", {})
-        if namespace is not None and ref.get("namespace") != namespace:
-            continue
         resource = ref.get("resource", "")
-        if resource in exclude:
-            continue
         if names is not None:
             names.append(
                 f"{entry['verb']} {resource}/{ref.get('name', '')} {entry['stageTimestamp']}"
@@ -58,6 +88,21 @@ def writes(
             resource += "/" + ref["subresource"]
         counts[(entry["verb"], resource)] += 1
     return counts
+
+
+def idle_writes(
+    audit_log: Path,
+    operator: OperatorProcess,
+    passes: int = 2,
+    names: list[str] | None = None,
+    namespace: str | None = None,
+) -> Counter[tuple[str, str]]:
+    """The operator's writes over an idle window that spans `passes` of its periodic
+    resyncs (OperatorProcess.wait_resyncs), so a write only the periodic pass makes is in
+    it. Starts now; the caller has let the tiers settle."""
+    start = time.time()
+    operator.wait_resyncs(passes)
+    return writes(audit_log, since=start, names=names, namespace=namespace)
 
 
 def _epoch(stamp: str) -> float:

@@ -1,4 +1,7 @@
-"""Run `kvtier operator` as a real process under the restricted operator identity."""
+"""Run `kvtier operator` as a real process under the restricted operator identity.
+
+Tests run it with a short periodic resync (RESYNC_SECONDS), so that an idle window of a few
+of its passes (`wait_resyncs`) sees a write only the periodic pass makes."""
 
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ from pathlib import Path
 
 from localcluster import LocalCluster, free_port
 
+RESYNC_SECONDS = 5.0  # the operator's own default is 300 s; tests want several passes
+
 
 class OperatorProcess:
     def __init__(
@@ -23,6 +28,7 @@ class OperatorProcess:
         kubeconfig: Path | None = None,
         namespace: str = "kvtier-system",
         metrics_args: Sequence[str] = ("--metrics-insecure",),
+        resync_seconds: float | None = RESYNC_SECONDS,  # None: the operator's own default
     ) -> None:
         self.cluster = cluster
         self.namespace = namespace
@@ -30,6 +36,7 @@ class OperatorProcess:
         self.kubeconfig = kubeconfig or cluster.operator_kubeconfig
         # Plain HTTP /metrics unless a test passes the TLS flags (metrics_url then says https).
         self.metrics_args = list(metrics_args)
+        self.resync_seconds = resync_seconds
         self.metrics_port = free_port()
         self.health_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -49,6 +56,7 @@ class OperatorProcess:
                 "--log-format=plain",
                 f"--namespace={self.namespace}",
                 *self.metrics_args,
+                *([f"--resync-seconds={self.resync_seconds:g}"] if self.resync_seconds else []),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -84,6 +92,28 @@ class OperatorProcess:
         request = urllib.request.Request(self.metrics_url, headers=headers)
         with urllib.request.urlopen(request, timeout=5, context=context) as r:
             return str(r.read().decode())
+
+    def resyncs(self) -> int:
+        """How many periodic passes the operator made (kvtier_resyncs_total)."""
+        for line in self.metrics().splitlines():
+            if line.startswith("kvtier_resyncs_total "):
+                return int(float(line.split()[1]))
+        return 0
+
+    def wait_resyncs(self, passes: int = 2) -> None:
+        """Return once `passes` periodic passes have queued every tier and their reconciles
+        had a period to finish: one pass more is waited for, so an idle window ending here
+        spans `passes` whole periodic passes."""
+        assert self.resync_seconds is not None, "an idle window needs the tests' short period"
+        start = self.resyncs()
+        deadline = time.monotonic() + (passes + 2) * self.resync_seconds + 30
+        while self.resyncs() < start + passes + 1:
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"the operator made {self.resyncs() - start} periodic passes of "
+                    f"{passes + 1} in {(passes + 2) * self.resync_seconds + 30:.0f}s"
+                )
+            time.sleep(0.5)
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is None or self.proc.poll() is not None:

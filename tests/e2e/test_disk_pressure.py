@@ -5,7 +5,11 @@ exposition kvtier evict's own metrics code renders for a scripted fill level; th
 the local control plane reads it through the client it uses on a cluster, and the tier's
 DiskPressure, status.tiers[].usedBytes and kvtier_tier_disk_pressure follow the script. The
 same Prometheus scrapes the operator and evaluates the chart's own alert rules, so the
-KVCacheTierDiskPressure alert is seen pending while the tier is under pressure."""
+KVCacheTierDiskPressure alert is seen pending while the tier is under pressure.
+
+The script crosses the 85 % high watermark from just below to just above: at 84 % the
+condition stays False for as long as a flip may take, at 86 % it turns True; back at 70 %
+(below the 10 % hysteresis band under the watermark) it clears."""
 
 from __future__ import annotations
 
@@ -151,11 +155,12 @@ def alert_states(prom: PrometheusClient, ns: str) -> set[str]:
     return {r["metric"]["alertstate"] for r in data["result"]}
 
 
-# (usage of the fuller pod, DiskPressure status, reason)
+# (usage of the fuller pod, DiskPressure status, reason, whether it must hold for WITHIN)
 SCRIPT = [
-    (0.60, "False", "BelowHighWatermark"),
-    (0.92, "True", "AboveHighWatermark"),
-    (0.70, "False", "BelowHighWatermark"),
+    (0.60, "False", "BelowHighWatermark", False),
+    (0.84, "False", "BelowHighWatermark", True),  # just below the 85 % watermark
+    (0.86, "True", "AboveHighWatermark", False),  # just above it
+    (0.70, "False", "BelowHighWatermark", False),
 ]
 
 
@@ -196,20 +201,38 @@ def test_disk_pressure_follows_the_evictors_fill_level(
     )
     prom = PrometheusClient(PrometheusSource(prometheus))
     try:
-        for step, (usage, status, reason) in enumerate(SCRIPT):
+        for step, (usage, status, reason, hold) in enumerate(SCRIPT):
             evictors[LEADER].usage = usage
             switched = time.monotonic()
+            figures = f"({usage:.0%}, high watermark 85%)"
 
-            def follows(status: str = status, reason: str = reason) -> dict[str, Any] | None:
+            def follows(
+                status: str = status, reason: str = reason, figures: str = figures
+            ) -> dict[str, Any] | None:
+                """The tier once its condition says `status` for this very fill level."""
                 tier = get_tier(admin_api, ns, "llama")
                 c = condition(tier, "DiskPressure")
-                return tier if c and (c["status"], c["reason"]) == (status, reason) else None
+                if c and (c["status"], c["reason"]) == (status, reason) and figures in c["message"]:
+                    return tier
+                return None
 
             # The first step also waits for sizing and Prometheus' first window.
             timeout = WITHIN + (3 * WINDOW if step == 0 else 0)
             tier = eventually(follows, timeout, f"DiskPressure {status} {reason} at {usage:.0%}")
             took = time.monotonic() - switched
             print(f"{usage:.0%}: DiskPressure={status} {reason} after {took:.1f} s")
+            if hold:
+                # Just below the watermark: it must not flip in the time a flip may take
+                # (WITHIN, the wait allowed for the flip at 86 % next), counted from the
+                # moment the operator reported this fill level.
+                held = time.monotonic()
+                while time.monotonic() - held < WITHIN:
+                    assert follows(), (
+                        usage,
+                        condition(get_tier(admin_api, ns, "llama"), "DiskPressure"),
+                    )
+                    time.sleep(1)
+                print(f"{usage:.0%}: still DiskPressure={status} {reason} {WITHIN} s later")
             c = condition(tier, "DiskPressure")
             assert c is not None and f"pod {LEADER}" in c["message"]
             ready = condition(tier, "Ready")

@@ -704,9 +704,10 @@ def test_gitops_writer_reapplies_without_a_write_war(
         ("patch", "llminferenceservices"), 0
     )
     total = sum(writes.values())
-    # No write war: once the writer stops and kvtier has restored, kvtier is quiet.
+    # No write war: once the writer stops and kvtier has restored, kvtier is quiet, through
+    # two of its periodic passes too.
     settled = time.time()
-    time.sleep(6)
+    operators.ensure().wait_resyncs()
     after = _operator_writes(fcluster, settled)
     assert not after, f"kvtier kept writing after the writer stopped: {after}"
     longest = max(losses.losses, default=0.0)

@@ -354,7 +354,11 @@ def test_kserve_deploys_every_role_with_kvtiers_figures(
 
 
 def test_argo_re_applies_cause_no_write(
-    cluster: LocalCluster, admin_api: client.ApiClient, ns: str, applied: dict[str, Any]
+    cluster: LocalCluster,
+    admin_api: client.ApiClient,
+    ns: str,
+    applied: dict[str, Any],
+    operator: OperatorProcess,
 ) -> None:
     before = {name: live(admin_api, ns, u) for name, u in applied.items()}
     time.sleep(2)
@@ -362,7 +366,7 @@ def test_argo_re_applies_cause_no_write(
     for _ in range(ROUNDS):
         for user in (prefill_decode(), multi_node()):
             argo_sync(admin_api, ns, user)
-    time.sleep(3)
+    operator.wait_resyncs()  # what the syncs left is looked at again, twice
     names: list[str] = []
     writes = audit.writes(cluster.audit_log, since=start, names=names, namespace=ns)
     assert sum(n for (_, res), n in writes.items() if res == "llminferenceservices") == 0, names

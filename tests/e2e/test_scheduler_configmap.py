@@ -229,7 +229,10 @@ def test_the_operator_may_patch_configmaps_only_where_opted_in(
 
 
 def test_argo_re_applies_cause_no_write(
-    cluster: LocalCluster, admin_api: client.ApiClient, namespaces: dict[str, str]
+    cluster: LocalCluster,
+    admin_api: client.ApiClient,
+    namespaces: dict[str, str],
+    operator: OperatorProcess,
 ) -> None:
     ns = namespaces["opted"]
     wait_condition(admin_api, ns, "qwen", "SchedulerSynced", "True", timeout=60)
@@ -239,7 +242,7 @@ def test_argo_re_applies_cause_no_write(
     for _ in range(ROUNDS):
         _argo_configmap(admin_api, ns, _configmap())
         argo_sync(admin_api, ns, _server())
-    time.sleep(3)
+    operator.wait_resyncs()  # what the syncs left is looked at again, twice
     names: list[str] = []
     writes = audit.writes(cluster.audit_log, since=start, names=names, namespace=ns)
     assert sum(writes.values()) == 0, names  # not even a status write or an Event

@@ -120,7 +120,7 @@ def test_a_09_pickers_producer_in_step_through_argo_and_back(
     start = time.time()
     for _ in range(ROUNDS):
         argo_sync(admin_api, ns, _user())
-    time.sleep(3)
+    operator.wait_resyncs()  # what the syncs left is looked at again, twice
     names: list[str] = []
     writes = audit.writes(cluster.audit_log, since=start, names=names, namespace=ns)
     assert sum(writes.values()) == 0, names

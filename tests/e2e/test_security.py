@@ -5,13 +5,11 @@ or creates passes OpenShift's restricted-v2 rules."""
 
 from __future__ import annotations
 
-import json
 import posixpath
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,7 @@ from kvtier.render.probe_job import probe_job
 from kvtier.tiers.base import PerPodClaim, ProbeVolume, SharedClaim
 from localcluster import LocalCluster, build_binaries, write_kubeconfig
 from tests.conftest import api_client
-from tests.e2e.audit import OPERATOR_USER
+from tests.e2e import audit
 from tests.e2e.conftest import create_target, llm_inference_service
 from tests.e2e.kube_helpers import (
     GROUP,
@@ -180,25 +178,9 @@ def test_operator_rules_never_mention_secrets_or_wildcards(cluster: LocalCluster
 
 
 def _audit_entries(audit_log: Path, since: float) -> list[dict[str, Any]]:
-    out = []
-    for line in audit_log.read_text().splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if (
-            entry.get("stage") != "ResponseComplete"
-            or entry.get("user", {}).get("username") != OPERATOR_USER
-            or entry.get("verb") not in ("create", "update", "patch", "delete", "deletecollection")
-        ):
-            continue
-        stamp = entry.get("stageTimestamp", "").replace("Z", "+00:00")
-        if datetime.fromisoformat(stamp).timestamp() < since:
-            continue
-        if entry.get("objectRef", {}).get("resource") == "leases":
-            continue  # leader election, not a tier's doing
-        out.append(entry)
-    return out
+    """The operator's writes since `since`, Lease renewals left out (audit.entries, with its
+    positive controls)."""
+    return audit.entries(audit_log, since=since)
 
 
 def _wait_quiet(cluster: LocalCluster, seconds: float = 5, timeout: float = 90) -> float:

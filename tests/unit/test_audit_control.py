@@ -44,3 +44,12 @@ def test_with_the_control_write_the_operators_writes_count(tmp_path: Path) -> No
     ]
     log.write_text("\n".join(lines) + "\n")
     assert audit.writes(log) == {("patch", "inferenceservices"): 1}
+
+
+def test_a_log_without_any_write_of_the_user_fails(tmp_path: Path) -> None:
+    log = tmp_path / "audit.log"
+    lines = [_entry("create", "configmaps", AUDIT_CONTROL), _entry("patch", "pods", "p")]
+    log.write_text("\n".join(lines) + "\n")
+    with pytest.raises(AssertionError, match="records no write by"):
+        audit.writes(log)
+    assert audit.writes(log, user="admin")[("patch", "pods")] == 1

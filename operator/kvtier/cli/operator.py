@@ -9,8 +9,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kvtier.cli.args import positive_seconds
 from kvtier.cli.base import CliError
 from kvtier.cli.commands import summary
+from kvtier.controller.resync import ENV_RESYNC_SECONDS, RESYNC_SECONDS
 
 if TYPE_CHECKING:
     from kvtier import metrics as metrics_types
@@ -40,6 +42,13 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--bind-address", default="0.0.0.0", help="address the endpoints listen on")
     p.add_argument("--workers", type=int, default=4, help="tiers reconciled concurrently")
     p.add_argument(
+        "--resync-seconds",
+        type=positive_seconds,  # also checks a default taken from the environment
+        default=os.environ.get(ENV_RESYNC_SECONDS, str(RESYNC_SECONDS)),
+        help="every tier is reconciled again this often, whatever the watches report "
+        f"(default {RESYNC_SECONDS:.0f}, or {ENV_RESYNC_SECONDS})",
+    )
+    p.add_argument(
         "--namespace",
         default=os.environ.get("KVTIER_NAMESPACE", "kvtier-system"),
         help="the operator's namespace, where its leader-election Lease lives",
@@ -67,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     if args.kubeconfig:
         os.environ[registration.ENV_KUBECONFIG] = args.kubeconfig
     os.environ[registration.ENV_WORKERS] = str(args.workers)
+    os.environ[ENV_RESYNC_SECONDS] = str(args.resync_seconds)
     os.environ[registration.ENV_NAMESPACE] = args.namespace
     os.environ[registration.ENV_LEADER_ELECT] = "1" if args.leader_elect else "0"
     kopf.configure(

@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from kvtier import metrics
 from kvtier.controller.cache import TierKey
 from kvtier.controller.policy_reconciler import POLICY_KEY, PolicyReconciler
+from kvtier.controller.resync import RESYNC_SECONDS
 from kvtier.controller.runtime import Runtime
 from kvtier.kube.rest import Kube
 from kvtier.names import FINALIZER
@@ -85,8 +86,14 @@ class Controller(Runtime):
     """The running operator: reconciles the KVCacheTiers (and hands the KVCachePolicy to its
     own reconciler)."""
 
-    def __init__(self, kube: Kube, workers: int = 4, probe_image: str | None = None) -> None:
-        super().__init__(kube, workers)
+    def __init__(
+        self,
+        kube: Kube,
+        workers: int = 4,
+        probe_image: str | None = None,
+        resync_seconds: float = RESYNC_SECONDS,
+    ) -> None:
+        super().__init__(kube, workers, resync_seconds)
         self.probe_image = probe_image or DEFAULT_PROBE_IMAGE
         self.policy_reconciler = PolicyReconciler(kube, self.cache, self.writer, self.queue)
         # Scheduler ConfigMaps kvtier may not patch: (namespace, name) → (resourceVersion,

@@ -18,6 +18,7 @@ import kopf
 
 from kvtier.controller.controller import Controller
 from kvtier.controller.leader import LeaderElector
+from kvtier.controller.resync import ENV_RESYNC_SECONDS, RESYNC_SECONDS
 from kvtier.controller.watches import deliveries
 from kvtier.kube.informer import BACKOFFS, Informer
 from kvtier.kube.rest import Kube, load_client
@@ -101,6 +102,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         kube,
         workers=int(os.environ.get(ENV_WORKERS, "4")),
         probe_image=probe_image(kube, os.environ),
+        resync_seconds=float(os.environ.get(ENV_RESYNC_SECONDS, RESYNC_SECONDS)),
     )
     controller.cache.kserve_namespace = kserve_namespace(os.environ)
     memo["controller"] = controller

@@ -2,8 +2,8 @@
 
 kvtier's own informers feed the cache; a de-duplicating work queue hands keys to a few workers,
 each running one reconcile at a time while this replica leads (it holds the Lease, or election
-is off). Beside them: the schema watch, the observer of the targets' vLLM metrics and the Event
-sender. kopf only hosts the process (registration.py).
+is off). Beside them: the periodic resync, the schema watch, the observer of the targets' vLLM
+metrics and the Event sender. kopf only hosts the process (registration.py).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from kvtier import metrics
 from kvtier.controller.cache import Cache, TierKey
 from kvtier.controller.events import EventSender
 from kvtier.controller.policy_reconciler import POLICY_KEY
+from kvtier.controller.resync import RESYNC_SECONDS
 from kvtier.controller.schemas import SchemaWatch
 from kvtier.controller.workqueue import WorkQueue
 from kvtier.controller.writer import Writer
@@ -38,8 +39,13 @@ log = logging.getLogger("kvtier.controller")
 class Runtime:
     """Shared state of the running operator; `reconcile(key)` is the subclass's."""
 
-    def __init__(self, kube: Kube, workers: int = 4) -> None:
+    def __init__(
+        self, kube: Kube, workers: int = 4, resync_seconds: float = RESYNC_SECONDS
+    ) -> None:
+        if resync_seconds <= 0:
+            raise ValueError(f"resync period must be positive, not {resync_seconds}")
         self.kube = kube
+        self.resync_seconds = resync_seconds
         self.cache = Cache()
         self.queue: WorkQueue[TierKey] = WorkQueue()
         self.workers = workers
@@ -112,6 +118,7 @@ class Runtime:
             )
         )
         self._tasks.append(asyncio.create_task(self.schemas.run()))
+        self._tasks.append(asyncio.create_task(self._resync()))
         self._sender = asyncio.create_task(self.events.run())
 
     async def stop(self) -> None:
@@ -168,6 +175,16 @@ class Runtime:
         tier is looked at again (its target's schema may now take what it could not)."""
         self.writer.release_unkept(groups)
         self.enqueue(self.cache.tier_keys())
+
+    async def _resync(self) -> None:
+        """Every period, the policy and every tier are queued again (while this replica
+        leads); the queue merges them with work already pending."""
+        while True:
+            await asyncio.sleep(self.resync_seconds)
+            if self.leading.is_set():
+                self.queue.add(POLICY_KEY)
+                self.enqueue(self.cache.tier_keys())
+                metrics.RESYNCS.inc()
 
     def _pods(self, namespace: str) -> list[dict[str, Any]]:
         return self.kube.list("v1", "Pod", namespace)
