@@ -164,7 +164,7 @@ SCRIPT = [
 ]
 
 
-def test_disk_pressure_follows_the_evictors_fill_level(
+def test_disk_pressure_turns_true_just_above_the_watermark_and_not_just_below(
     admin_api: client.ApiClient,
     cluster: LocalCluster,
     operator: OperatorProcess,
@@ -172,6 +172,9 @@ def test_disk_pressure_follows_the_evictors_fill_level(
     prometheus: str,
     ns: str,
 ) -> None:
+    """SCRIPT's fill levels in turn: DiskPressure, its message's figures, usedBytes, the
+    gauges, the wide column and the chart's alert follow each; at 84 % the condition holds
+    False for WITHIN, at 86 % it turns True."""
     apply_policy(
         admin_api,
         {
