@@ -4,8 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export GOTOOLCHAIN := local
 # The builds a command needs are independent: they run side by side (one downloads or links
-# while another compiles), each target's output kept together.
-MAKEFLAGS += --jobs=$(or $(KVTIER_JOBS),3) --output-sync=target
+# while another compiles); each build script prefixes its lines with its name. No output
+# sync: it would hold pytest's output back until the whole run ends.
+MAKEFLAGS += --jobs=$(or $(KVTIER_JOBS),3)
 # Each phase's wall and CPU time, when KVTIER_PHASE_LOG names a file (bench/first_hour.py).
 PHASE  := hack/phase
 

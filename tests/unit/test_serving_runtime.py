@@ -19,7 +19,7 @@ from kvtier.names.objects import DSHM_VOLUME
 from kvtier.render.result import RenderError
 from kvtier.sizing.vllm import SHM_PATH
 from kvtier.targets.base import Conflict
-from kvtier.targets.command import drops_args, expand, server_args
+from kvtier.targets.command import drops_args, env_args, expand, server_args
 from kvtier.targets.inference_service import INFERENCE_SERVICE
 from kvtier.targets.pod import applied
 from kvtier.targets.registry import unapply_writes
@@ -312,6 +312,62 @@ def test_a_runtime_script_that_drops_the_args_is_refused_by_name() -> None:
     )
 
 
+EVAL_SCRIPT = 'eval "exec vllm serve /mnt/models --port=8080 ${VLLM_ADDITIONAL_ARGS}"'
+
+
+@pytest.mark.parametrize("runtime_text", [None, "--enable-prefix-caching"])
+def test_a_script_that_evaluates_vllm_additional_args_gets_the_flag_there(
+    runtime_text: str | None,
+) -> None:
+    """A runtime whose script drops the args but evaluates VLLM_ADDITIONAL_ARGS into vLLM's
+    line: kvtier's flag goes at the end of that env (after the runtime's own text), the
+    service's args stay the user's, and the take-back gives the user's service back."""
+    ctr = vllm_container(command=["bash", "-c", EVAL_SCRIPT], args=[])
+    if runtime_text is not None:
+        ctr["env"] = [{"name": "VLLM_ADDITIONAL_ARGS", "value": runtime_text}]
+    rt = runtime("vllm-eval", kind="ServingRuntime", container=ctr, volumes=[SHM_VOLUME])
+    obj = isvc()
+    user = copy.deepcopy(obj["spec"])
+    writes = INFERENCE_SERVICE.writes(obj, _offload(), None, [rt])
+    assert not isinstance(writes, Conflict)
+    after = _applied_to(obj, writes)
+    model = after["spec"]["predictor"]["model"]
+    assert model["args"] == user["predictor"]["model"]["args"]
+    found = select_runtime(after, [rt])
+    assert isinstance(found, Runtime)
+    built = merged_pod(after, found)
+    assert not isinstance(built, NoRuntime)
+    [value] = [e["value"] for e in built.container["env"] if e["name"] == "VLLM_ADDITIONAL_ARGS"]
+    own = applied(after)["kvTransferConfig"]
+    assert value == f"{runtime_text or ''} --kv-transfer-config '{own}'".lstrip()
+    again = INFERENCE_SERVICE.writes(after, _offload(), None, [rt])
+    assert not isinstance(again, Conflict)
+    settled = _applied_to(after, again)
+    assert settled["spec"] == after["spec"]  # idempotent
+    assert applied(settled)["additionalArgs"] == {"base": None}  # still kvtier's entry
+    undone = _patched(settled, unapply_writes(settled))
+    assert undone["spec"] == user
+
+
+def test_the_services_own_vllm_additional_args_are_kept_and_given_back() -> None:
+    ctr = vllm_container(command=["bash", "-c", EVAL_SCRIPT], args=[])
+    rt = runtime("vllm-eval", kind="ServingRuntime", container=ctr)
+    obj = isvc(env=[{"name": "VLLM_ADDITIONAL_ARGS", "value": "--max-num-seqs 64"}])
+    user = copy.deepcopy(obj["spec"])
+    writes = INFERENCE_SERVICE.writes(obj, _offload(), None, [rt])
+    assert not isinstance(writes, Conflict)
+    after = _applied_to(obj, writes)
+    [value] = [
+        e["value"]
+        for e in after["spec"]["predictor"]["model"]["env"]
+        if e["name"] == "VLLM_ADDITIONAL_ARGS"
+    ]
+    assert value.startswith("--max-num-seqs 64 --kv-transfer-config '")
+    assert applied(after)["additionalArgs"] == {"base": "--max-num-seqs 64"}
+    undone = _patched(after, unapply_writes(after))
+    assert undone["spec"] == user
+
+
 def test_a_runtime_that_passes_its_own_offload_config_is_a_conflict() -> None:
     rt = runtime("r", container=vllm_container(args=["--kv-transfer-config", "{}"]))
     assert isinstance(INFERENCE_SERVICE.writes(isvc(), _offload(), None, [rt]), Conflict)
@@ -399,3 +455,26 @@ def test_sized_says_when_the_vllm_release_was_assumed() -> None:
     assert "vLLM 0.33 assumed (the policy's default)" in assumed_release(policy)
     for known in (ValueSource.TARGET, ValueSource.TIER):
         assert assumed_release(replace(eff, vllm_version=Sourced("0.33", known))) == ""
+
+
+@pytest.mark.parametrize(
+    ("script", "reads"),
+    [
+        ('eval "exec vllm serve /mnt/models --port 8080 ${VLLM_ADDITIONAL_ARGS}"', True),
+        ('eval "exec vllm serve /mnt/models \\\n  --port 8080 \\\n  $VLLM_ADDITIONAL_ARGS"', True),
+        (
+            'eval "exec python -m vllm.entrypoints.openai.api_server ${VLLM_ADDITIONAL_ARGS:-}"',
+            True,
+        ),
+        # Without eval the shell keeps kvtier's single quotes in the JSON word.
+        ("exec vllm serve /mnt/models $VLLM_ADDITIONAL_ARGS", False),
+        ('eval "exec vllm serve /mnt/models ${VLLM_ADDITIONAL_ARGS_OLD}"', False),
+        ('echo ${VLLM_ADDITIONAL_ARGS}; eval "exec vllm serve /mnt/models"', False),
+    ],
+)
+def test_a_script_that_evaluates_vllm_additional_args_into_vllms_line(
+    script: str, reads: bool
+) -> None:
+    container = {"command": ["bash", "-c", script], "args": []}
+    assert drops_args(container)
+    assert env_args(container, "VLLM_ADDITIONAL_ARGS") is reads

@@ -80,6 +80,24 @@ def drops_args(container: Mapping[str, Any]) -> bool:
     return text is not None and not _FORWARDS.search(text)
 
 
+def env_args(container: Mapping[str, Any], name: str) -> bool:
+    """Whether the container's script evaluates env `name` into its vLLM command line, as
+    KServe's llm-d templates do (`eval "exec vllm serve ... ${VLLM_ADDITIONAL_ARGS} $@"`):
+    words kvtier adds to that env reach vLLM although the script drops its args, and eval's
+    quote removal keeps kvtier's single-quoted JSON one word. A plain `$NAME` would split
+    the JSON's quotes literally, so it does not count."""
+    text = script(container)
+    if text is None:
+        return False
+    ref = re.compile(rf"\$(?:{re.escape(name)}\b|\{{{re.escape(name)}(?::-)?\}})")
+    for line in text.replace("\\\n", " ").splitlines():
+        for marker in ("vllm serve", ENTRYPOINT):
+            at = line.find(marker)
+            if at >= 0 and re.search(r"\beval\b", line[:at]) and ref.search(line[at:]):
+                return True
+    return False
+
+
 def server_args(container: Mapping[str, Any]) -> list[str]:
     """vLLM's own arguments: the argv after `serve` or the entrypoint module (flags and the
     model), however command and args split it; for a script, its words and the args it is

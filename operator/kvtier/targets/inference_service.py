@@ -39,17 +39,21 @@ from kvtier.targets.pod import (
     PodTemplate,
     applied,
     conflict_in_container,
+    env,
     file_record,
     metadata,
+    own_kv_cache_dtype,
+    own_suffix,
     pod_parts,
     pod_unapply_ops,
     record_at,
     recorded,
+    strip_own_text,
     summary,
     unapply_patch,
     user_args,
 )
-from kvtier.targets.server_flags import server_flags
+from kvtier.targets.server_flags import ADDITIONAL_ARGS_ENV, server_flags
 from kvtier.targets.serving_runtime import (
     CLUSTER_SERVING_RUNTIME,
     RUNTIME_API_VERSION,
@@ -229,13 +233,16 @@ def inference_service_patch(
         runtime = f"{built.runtime.kind} {built.runtime.name}"
         if conflict_in_container(built.runtime_container, None) is not None:
             return Conflict(f"the predictor's runtime {runtime} already passes {KV_FLAG}")
-        if command.drops_args(built.container):
+        by_env = command.env_args(built.container, ADDITIONAL_ARGS_ENV)
+        if command.drops_args(built.container) and not by_env:
             raise RenderError(
                 "FlagNotPassed",
                 f"the predictor's runtime {runtime} starts vLLM through a shell script that "
                 f"does not pass the InferenceService's args on, so kvtier's {KV_FLAG} would "
                 "never reach vLLM; use a runtime that starts vLLM directly or whose script ends "
-                'its vLLM command with "$@" (as kserve-huggingfaceserver-multinode does)',
+                'its vLLM command with "$@" (as kserve-huggingfaceserver-multinode does), or '
+                f'evaluates ${{{ADDITIONAL_ARGS_ENV}}} into it (eval "exec vllm serve ... '
+                f'${{{ADDITIONAL_ARGS_ENV}}}")',
                 "Applied",
             )
     role = next((r for r in offload.role_offloads() if r.role == DECODE), None)
@@ -245,9 +252,19 @@ def inference_service_patch(
     if isinstance(parts, Conflict):
         return parts
     arg = figures.arg if figures is not None else offload.arg
-    args = [*user_args(target, container.get("args") or [], own), *offload.dtype_args]
-    predictor: dict[str, Any] = {"model": {**parts.container, "args": [*args, KV_FLAG, arg]}}
-    carried = [_dotted(_ARGS)]
+    record = {**parts.record, "kvTransferConfig": arg}
+    if built is not None and command.drops_args(built.container):
+        # The runtime's script drops the args but evaluates VLLM_ADDITIONAL_ARGS: the flag
+        # goes there (after the runtime's or the user's own text), and args stay the user's.
+        model, record["additionalArgs"] = _env_flag(target, parts.container, built, arg, offload)
+        predictor: dict[str, Any] = {"model": model}
+        carried: list[str] = []
+        flag_in = ADDITIONAL_ARGS_ENV
+    else:
+        args = [*user_args(target, container.get("args") or [], own), *offload.dtype_args]
+        predictor = {"model": {**parts.container, "args": [*args, KV_FLAG, arg]}}
+        carried = [_dotted(_ARGS)]
+        flag_in = f"args {KV_FLAG}"
     lists = (
         (_VOLUMES, with_items(pod.volumes, parts.volumes, OWN_VOLUMES)),
         (_INIT, with_items(get(target, *_INIT) or [], parts.init_containers, {EVICTOR_CONTAINER})),
@@ -257,7 +274,6 @@ def inference_service_patch(
         if whole is not None:
             predictor[path[-1]] = whole
             carried.append(_dotted(path))
-    record = {**parts.record, "kvTransferConfig": arg}
     if offload.kv_cache_dtype:
         record["kvCacheDtype"] = offload.kv_cache_dtype
     if multi_node and built is not None and figures is not None:
@@ -274,8 +290,35 @@ def inference_service_patch(
         "spec": {"predictor": predictor},
     }
     request = record["memoryRequest"]["applied"]
-    how = summary(target, offload, f"args {KV_FLAG}", request)
+    how = summary(target, offload, flag_in, request)
     return [apply_write(target, body, how, carried)]
+
+
+def _env_flag(
+    target: Mapping[str, Any],
+    container: Mapping[str, Any],
+    built: MergedPod,
+    arg: str,
+    offload: Offload,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The model container's fields with kvtier's flags at the end of VLLM_ADDITIONAL_ARGS,
+    and the record of the value to give back: the service's own text, or None where the
+    value came from the runtime (the take-back removes kvtier's entry, and KServe's merge
+    gives the pod the runtime's value again)."""
+    own, dtype = applied(target).get("kvTransferConfig"), own_kv_cache_dtype(target)
+    mine = env(get(target, *_MODEL) or {}, ADDITIONAL_ARGS_ENV)
+    source = mine or env(built.runtime_container, ADDITIONAL_ARGS_ENV)
+    text, _ = strip_own_text(str(source.get("value", "")) if source else "", own, dtype)
+    # An entry kvtier created stays kvtier's on every later render, whatever text it carries.
+    created = (
+        "additionalArgs" in applied(target)
+        and get(applied(target), "additionalArgs", "base") is None
+    )
+    base = text if mine and not created else None
+    value = f"{text} {own_suffix(arg, offload.kv_cache_dtype)}".lstrip()
+    entries = [e for e in container.get("env") or [] if e.get("name") != ADDITIONAL_ARGS_ENV]
+    model = {**container, "env": [*entries, {"name": ADDITIONAL_ARGS_ENV, "value": value}]}
+    return model, {"base": base}
 
 
 def _dotted(path: tuple[str, ...]) -> str:

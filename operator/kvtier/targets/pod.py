@@ -436,7 +436,7 @@ def pod_unapply_ops(
     own_env = {HASH_SEED_ENV} if applied.get("hashSeed") else set()
     if applied.get("objectStoreEnv"):
         own_env |= set(OBJECT_STORE_ENV)
-    if "additionalArgs" in applied and pod.args_path is None:
+    if "additionalArgs" in applied:
         entries = container.get("env") or []
         base = get(applied, "additionalArgs", "base")
         index = next(
