@@ -35,6 +35,7 @@ from tests.e2e.kserve_isvc import (
     vllm_argv,
 )
 from tests.e2e.kube_helpers import create_tier, eventually, get_tier, wait_condition
+from tests.e2e.test_kserve_isvc_controller import deployments_written, multi_node
 from tests.e2e.test_operator_apply import POOL
 from tests.kserve_runtime_oracle import runtime_fixture
 
@@ -401,3 +402,117 @@ def test_a_cephfs_tier_reaches_every_replica_kserve_runs(
         for p in pods
     }
     assert len(seeds) == 1  # one hash seed: the replicas find each other's blocks
+
+
+def test_a_runtime_that_evaluates_vllm_additional_args_gets_the_flag_there(
+    kserve_isvc_stack: KServeISVCStack,
+) -> None:
+    """A runtime whose bash script drops the args but evaluates VLLM_ADDITIONAL_ARGS into
+    vLLM's command line (as KServe's llm-d templates do): kvtier puts its flag in that env
+    of the service, after the runtime's own text; the pod KServe builds runs vLLM with the
+    runtime's flag and kvtier's cpu_bytes_to_use, the service's args unchanged; the tier's
+    deletion gives the user's service back."""
+    stack = kserve_isvc_stack
+    ns = plain_namespace(stack.api, "isvc-env")
+    runtime = runtime_fixture("vllm-cuda-runtime")
+    runtime["metadata"]["name"] = "vllm-eval"
+    [ctr] = runtime["spec"]["containers"]
+    ctr["command"] = [
+        "bash",
+        "-c",
+        'eval "exec python -m vllm.entrypoints.openai.api_server --port=8080 '
+        '--model=/mnt/models ${VLLM_ADDITIONAL_ARGS}"',
+    ]
+    ctr["args"] = []
+    ctr["env"] = [*ctr.get("env", []), {"name": "VLLM_ADDITIONAL_ARGS", "value": "--enforce-eager"}]
+    apply_runtime(stack.api, ns, runtime)
+    name = "evaluated"
+    create_isvc(stack.api, ns, isvc(name, runtime="vllm-eval"))
+    user_spec = get_isvc(stack.api, ns, name)["spec"]
+    create_tier(stack.api, ns, name, tier_spec(name, model={"vllmVersion": "0.24.0"}))
+    tier = waited(stack, ns, name, "Ready", "True")
+    service = get_isvc(stack.api, ns, name)
+    assert service["spec"]["predictor"]["model"]["args"] == user_spec["predictor"]["model"]["args"]
+    own = json.loads(service["metadata"]["annotations"]["kvcache.io/applied"])["kvTransferConfig"]
+
+    def with_flag() -> list[str] | None:
+        ctr = container(template(stack, ns, name)["spec"], CONTAINER)
+        argv = vllm_argv(ctr)
+        return argv if KV_FLAG in argv and argv[argv.index(KV_FLAG) + 1] == own else None
+
+    argv: list[str] = eventually(with_flag, 120, "KServe's pod running vLLM with kvtier's flag")
+    assert "--enforce-eager" in argv[: argv.index(KV_FLAG)]  # the runtime's text first
+    config = json.loads(argv[argv.index(KV_FLAG) + 1])
+    assert (
+        config["kv_connector_extra_config"]["cpu_bytes_to_use"]
+        == tier["status"]["sizing"]["cpuBytesToUse"]
+    )
+    client.CustomObjectsApi(stack.api).delete_namespaced_custom_object(
+        "kvcache.io", "v1alpha1", ns, "kvcachetiers", name
+    )
+    eventually(lambda: _gone(stack, ns, name), 60, "the tier's deletion")
+    assert get_isvc(stack.api, ns, name)["spec"] == user_spec
+
+
+def test_a_multi_node_service_gets_the_tier_on_head_and_worker(
+    kserve_isvc_stack: KServeISVCStack,
+) -> None:
+    """OpenShift AI's multi-node runtime (vllm serve with the mp executor; the worker's script
+    forwards "$@") and a service of two pipeline stages: the head and worker Deployments
+    KServe writes (v0.20.0 deletes the worker again, kserve/kserve#6113, so they are caught by
+    a watch) each carry kvtier's memory above the runtime's 24Gi, exactly one /dev/shm of
+    kvtier's size instead of the runtime's 12Gi, and kvtier's flag after the runtime's args."""
+    stack = kserve_isvc_stack
+    ns = plain_namespace(stack.api, "isvc-multi")
+    runtime = runtime_fixture("vllm-multinode-runtime-mp")
+    apply_runtime(stack.api, ns, runtime)
+    name = "big"
+    with deployments_written(stack.api, ns) as seen:
+        create_isvc(stack.api, ns, multi_node(name))
+        create_tier(
+            stack.api,
+            ns,
+            name,
+            tier_spec(
+                name,
+                model={"name": "llama-3.1-8b", "vllmVersion": "0.24.0"},
+                workload={"averageContextTokens": 6000, "concurrentSessions": 8},  # 8192 max
+            ),
+        )
+        waited(stack, ns, name, "Ready", "True")
+        own = json.loads(
+            get_isvc(stack.api, ns, name)["metadata"]["annotations"]["kvcache.io/applied"]
+        )["kvTransferConfig"]
+
+        def carries(deployment: str, ctr_name: str) -> bool:
+            found = seen.get(deployment)
+            if found is None:
+                return False
+            args = container(found["spec"]["template"]["spec"], ctr_name).get("args") or []
+            return KV_FLAG in args and args[args.index(KV_FLAG) + 1] == own
+
+        eventually(
+            lambda: (
+                carries(f"{name}-predictor", CONTAINER)
+                and carries(f"{name}-predictor-worker", "worker-container")
+            ),
+            120,
+            "KServe's head and worker Deployments with kvtier's flag",
+        )
+    for deployment, ctr_name in (
+        (f"{name}-predictor", CONTAINER),
+        (f"{name}-predictor-worker", "worker-container"),
+    ):
+        spec = seen[deployment]["spec"]["template"]["spec"]
+        ctr = container(spec, ctr_name)
+        mounts = [m for m in ctr["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+        assert len(mounts) == 1, (deployment, mounts)
+        [volume] = [v for v in spec["volumes"] if v["name"] == mounts[0]["name"]]
+        assert quantity_bytes(volume["emptyDir"]["sizeLimit"]) != 12 * 1024**3, deployment
+        assert quantity_bytes(ctr["resources"]["requests"]["memory"]) > 24 * 1024**3, deployment
+        runtime_args = next(
+            c
+            for c in [*runtime["spec"]["containers"], *runtime["spec"]["workerSpec"]["containers"]]
+            if c["name"] == ctr_name
+        )["args"]
+        assert ctr["args"].index(KV_FLAG) >= len(runtime_args), deployment  # after the runtime's
