@@ -209,6 +209,80 @@ def test_nvme_tier_on_llmisvc_v1alpha2(admin_api: client.ApiClient, ns: str) -> 
     )
 
 
+def test_cephfs_tier_on_inference_service(admin_api: client.ApiClient, ns: str) -> None:
+    """The CephFS tier the later tests of this module build on: its shared claim, bound to
+    the PV the test plays the provisioner with, and the InferenceService field by field."""
+    user = inference_service(
+        "llama-70b",
+        tp=4,
+        model_uri="hf://meta-llama/Llama-3.1-70B-Instruct",
+        min_replicas=3,
+        max_replicas=3,
+    )
+    create_target(admin_api, ns, user)
+    create_tier(
+        admin_api,
+        ns,
+        "llama",
+        {
+            "mode": "Apply",
+            "targetRef": {"kind": "InferenceService", "name": "llama-70b"},
+            "workload": {"averageContextTokens": 50000, "concurrentSessions": 96},
+            "cpu": {"size": "200Gi"},
+            "disk": {"type": "CephFS", "cephfs": {"size": "2Ti"}},
+            "probe": {"enabled": False},
+        },
+    )
+    tier = wait_condition(admin_api, ns, "llama", "Provisioned", "False", "ClaimPending")
+    claim_name = next(t["claimName"] for t in tier["status"]["tiers"] if t["name"] == "cephfs")
+    core = client.CoreV1Api(admin_api)
+    claim = core.read_namespaced_persistent_volume_claim(claim_name, ns)
+    assert claim.spec.access_modes == ["ReadWriteMany"]
+    assert claim.spec.storage_class_name == "ocs-storagecluster-cephfs"
+    assert claim.metadata.owner_references[0].kind == "KVCacheTier"
+    # Play the CephFS provisioner: a matching PV; the controller-manager binds it.
+    core.create_persistent_volume(
+        client.V1PersistentVolume(
+            metadata=client.V1ObjectMeta(name=f"cephfs-{ns}"),
+            spec=client.V1PersistentVolumeSpec(
+                capacity={"storage": "2Ti"},
+                access_modes=["ReadWriteMany"],
+                storage_class_name="ocs-storagecluster-cephfs",
+                persistent_volume_reclaim_policy="Delete",
+                csi=client.V1CSIPersistentVolumeSource(
+                    driver="openshift-storage.cephfs.csi.ceph.com", volume_handle=f"vol-{ns}"
+                ),
+            ),
+        )
+    )
+    tier = wait_condition(admin_api, ns, "llama", "Ready", "True", "Applied", timeout=90)
+    cephfs = next(t for t in tier["status"]["tiers"] if t["name"] == "cephfs")
+    assert cephfs["ready"] is True and cephfs["capacityBytes"] == 2 * 1024**4
+
+    patched = get_target(admin_api, ns, "InferenceService", "llama-70b", "v1beta1")
+    model = patched["spec"]["predictor"]["model"]
+    args = model["args"]
+    assert args[:4] == user["spec"]["predictor"]["model"]["args"]  # the user's args first
+    flag = args.index("--kv-transfer-config")
+    config = json.loads(args[flag + 1])
+    extra = config["kv_connector_extra_config"]
+    assert extra["spec_name"] == "TieringOffloadingSpec"
+    assert extra["cpu_bytes_to_use"] == 200 * 1024**3
+    assert extra["secondary_tiers"][0]["type"] == "fs"
+    env = {e["name"]: e.get("value") for e in model["env"]}
+    assert env["HF_HUB_OFFLINE"] == "1"  # the user's env survives
+    assert env["PYTHONHASHSEED"]  # three replicas share the tier
+    mounts = {m["mountPath"] for m in model["volumeMounts"]}
+    assert {"/dev/shm", "/mnt/kv-cache"} <= mounts
+    claims = [
+        v["persistentVolumeClaim"]["claimName"]
+        for v in patched["spec"]["predictor"]["volumes"]
+        if "persistentVolumeClaim" in v
+    ]
+    assert claims == [claim_name]
+    # The pods KServe builds from this: test_isvc_runtime_offload.py, with KServe's controller.
+
+
 def test_llmisvc_v1alpha1_gets_additional_args(admin_api: client.ApiClient, ns: str) -> None:
     create_target(
         admin_api,
@@ -394,15 +468,11 @@ def test_deleting_the_tier_restores_the_users_manifest(
     assert "volumes" not in restored["spec"]["predictor"]
     assert "kvcache.io/applied" not in (restored["metadata"].get("annotations") or {})
     core = client.CoreV1Api(admin_api)
-    # The claim is deleted; pvc-protection holds it while the old replica still mounts it.
-    eventually(
-        lambda: core.read_namespaced_persistent_volume_claim(claim, ns).metadata.deletion_timestamp,
-        what="the tier's claim deleted",
-    )
-    core.delete_namespaced_pod("llama-70b-0", ns)  # play KServe rolling the replica
+    # The tier's claim goes with it (no pod mounts it here: KServe's pods are
+    # test_isvc_runtime_offload.py's).
     eventually(
         lambda: not exists(lambda: core.read_namespaced_persistent_volume_claim(claim, ns)),
-        what="the claim gone once no pod uses it",
+        what="the tier's claim gone",
     )
 
 
