@@ -589,7 +589,28 @@ class LocalCluster:
         client-side apply's last-applied annotation) and wait until all are Established."""
         for path in paths:
             self.kubectl("apply", "--server-side", "-f", str(path))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        self.wait_established()
+
+    def wait_established(self, *names: str, timeout: float = 60) -> None:
+        """Wait until the named CRDs (every CRD, when none is named) are Established. Polled:
+        `kubectl wait --for=condition=Established` fails at once on a CRD whose status holds
+        no condition yet, as a just-created one may on a loaded machine."""
+
+        def established() -> bool:
+            try:  # a CRD not served yet is a wait too
+                found = json.loads(self.kubectl("get", "crd", *names, "-o", "json"))
+            except ClusterError:
+                return False
+            items = found.get("items", [found])
+            return bool(items) and all(
+                any(
+                    c.get("type") == "Established" and c.get("status") == "True"
+                    for c in (crd.get("status") or {}).get("conditions") or []
+                )
+                for crd in items
+            )
+
+        _wait(established, timeout, f"CRDs Established: {', '.join(names) or 'all'}", 0.5)
 
     def _bootstrap(self) -> None:
         _wait(

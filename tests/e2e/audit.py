@@ -105,6 +105,16 @@ def idle_writes(
     return writes(audit_log, since=start, names=names, namespace=namespace)
 
 
+def describe(entry: dict[str, Any]) -> str:
+    """One audit entry as `verb resource[/subresource] namespace/name`, for a message."""
+    ref = entry.get("objectRef") or {}
+    resource = ref.get("resource", "") + (
+        f"/{ref['subresource']}" if ref.get("subresource") else ""
+    )
+    where = "/".join(p for p in (ref.get("namespace"), ref.get("name")) if p)
+    return f"{entry.get('verb')} {resource} {where}"
+
+
 def _epoch(stamp: str) -> float:
     from datetime import datetime
 

@@ -27,13 +27,7 @@ PLURALS = {"KVCacheTier": "kvcachetiers", "KVCachePolicy": "kvcachepolicies"}
 @pytest.fixture(scope="module")
 def crds(cluster: LocalCluster) -> None:
     cluster.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "crds"))
-    cluster.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/kvcachetiers.kvcache.io",
-        "crd/kvcachepolicies.kvcache.io",
-    )
+    cluster.wait_established("kvcachetiers.kvcache.io", "kvcachepolicies.kvcache.io")
 
 
 @pytest.fixture(scope="module")

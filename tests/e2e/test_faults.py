@@ -519,11 +519,27 @@ def _lease(api: client.ApiClient) -> Any:
     )
 
 
+def leading(proc: OperatorProcess) -> bool:
+    """kvtier_leader: whether the replica acts."""
+    return any(line == "kvtier_leader 1.0" for line in proc.metrics().splitlines())
+
+
+def watch_leaders(procs: tuple[OperatorProcess, ...], seconds: float) -> set[int]:
+    """Sample both replicas' kvtier_leader for `seconds`; the number acting at each sample."""
+    seen: set[int] = set()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        seen.add(sum(leading(p) for p in procs))
+        time.sleep(0.2)
+    return seen
+
+
 def test_two_replicas_one_leader_and_failover(
-    fapi: client.ApiClient, operators: Operators, fleet: Fleet
+    fcluster: LocalCluster, fapi: client.ApiClient, operators: Operators, fleet: Fleet
 ) -> None:
     first = operators.ensure()
     wait_reconciling(first)
+    eventually(lambda: leading(first), 30, "the replica acting")
     second = operators.spawn()
     lease = eventually(lambda: _lease(fapi).spec.holder_identity, 30, "a Lease holder")
     assert lease
@@ -542,20 +558,46 @@ def test_two_replicas_one_leader_and_failover(
     ), f"Lease held by {holder}, leader pid {pids[first]}"
     time.sleep(6)  # a renewal period: the standby still does nothing
     assert reconciles(second) == 0
+    assert not leading(second)
 
+    # A stalled API server: the leader cannot renew, and must stop acting within its renew
+    # deadline (10 s), before its 15 s Lease could pass to the standby. Never two at once.
+    apiserver = int((fcluster.workdir / "pids" / "kube-apiserver.pid").read_text())
+    os.kill(apiserver, signal.SIGSTOP)
+    try:
+        stalled = time.monotonic()
+        eventually(lambda: not leading(first), 20, "the leader to stop acting")
+        stepped = time.monotonic() - stalled
+        during = watch_leaders((first, second), 4)
+    finally:
+        os.kill(apiserver, signal.SIGCONT)
+    after = watch_leaders((first, second), 12)  # the Lease is taken again, by one replica
+    assert stepped <= 12, f"the leader acted {stepped:.1f}s into the stall"
+    assert during == {0}, f"replicas acting during the stall: {during}"
+    assert max(after) == 1, f"replicas acting after the stall: {after}"
+    leader = eventually(
+        lambda: next((p for p in (first, second) if leading(p)), None), 30, "one leader again"
+    )
+    standby = second if leader is first else first
+    print(f"API server stalled: the leader stopped acting after {stepped:.1f}s")
+
+    before = reconciles(standby)
     killed = time.monotonic()
-    first.stop(signal.SIGKILL)  # no release: the standby must wait the Lease out
+    leader.stop(signal.SIGKILL)  # no release: the standby must wait the Lease out
     add_named(fapi, fleet, "ha-b", 1)
-    eventually(lambda: reconciles(second) > 0, 60, "the standby to take over")
+    eventually(lambda: reconciles(standby) > before, 60, "the standby to take over")
     took = time.monotonic() - killed
     wait_converged(fapi, fleet)
     new_holder = _lease(fapi).spec.holder_identity
-    assert new_holder and new_holder != holder
+    assert new_holder and standby.proc and f"-{standby.proc.pid}-" in f"-{new_holder}-"
     assert took <= 30, f"failover took {took:.0f}s"
-    print(f"failover after SIGKILL of the leader: {took:.1f}s; Lease {holder} → {new_holder}")
+    print(f"failover after SIGKILL of the leader: {took:.1f}s; Lease → {new_holder}")
     # The survivor carries on as the module's operator.
-    operators.extra.remove(second)
-    operators.current = second
+    if standby in operators.extra:
+        operators.extra.remove(standby)
+    if leader in operators.extra:
+        operators.extra.remove(leader)
+    operators.current = standby
     assert_storage_exact(fapi, fleet)
 
 

@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kvtier.sizing.units import parse_quantity
 from tests.e2e.conftest import inference_service
 from tests.e2e.kserve_isvc import (
     KServeISVCStack,
@@ -104,6 +105,33 @@ def pool_nodes(api: client.ApiClient) -> list[str]:
     return sorted(str(n.metadata.name) for n in nodes)
 
 
+def roomiest(api: client.ApiClient, nodes: list[str]) -> str:
+    """The pool node with the most GPUs, then memory, that no pod holds: the session's KServe
+    cluster still runs the pods of the modules before this one, and the node given room must
+    also have room for the pod."""
+    held: dict[str, tuple[float, float]] = {n: (0.0, 0.0) for n in nodes}
+    for pod in client.CoreV1Api(api).list_pod_for_all_namespaces().items:
+        node = str(pod.spec.node_name)
+        if node not in held or str(pod.status.phase) in ("Succeeded", "Failed"):
+            continue
+        for c in pod.spec.containers:
+            requests = (c.resources and c.resources.requests) or {}
+            gpus, memory = held[node]
+            held[node] = (
+                gpus + float(parse_quantity(requests.get("nvidia.com/gpu", "0"))),
+                memory + float(parse_quantity(requests.get("memory", "0"))),
+            )
+    return min(nodes, key=lambda n: (*held[n], n))
+
+
+def scheduling(api: client.ApiClient, ns: str, pod: str) -> str:
+    """The pod's PodScheduled condition, for a failure message."""
+    found = client.CoreV1Api(api).read_namespaced_pod(pod, ns)
+    return "; ".join(
+        f"{c.type}={c.status} {c.reason}: {c.message}" for c in found.status.conditions or []
+    )
+
+
 def test_storage_class_pool_end_to_end(kserve_isvc_stack: KServeISVCStack, driver_ns: str) -> None:
     admin_api = kserve_isvc_stack.api
     nodes = pool_nodes(admin_api)
@@ -139,7 +167,7 @@ def test_storage_class_pool_end_to_end(kserve_isvc_stack: KServeISVCStack, drive
     assert "volumes" not in unchanged["spec"]["predictor"]
 
     # One node gets room: the tier applies, with claims of the class and no storage of its own.
-    roomy = nodes[-1]
+    roomy = roomiest(admin_api, nodes)
     publish(admin_api, driver_ns, roomy, "5Ti")
     tier = wait_condition(admin_api, ns, "llama", "Ready", "True", "Applied", timeout=90)
     provisioned = next(c for c in tier["status"]["conditions"] if c["type"] == "Provisioned")
@@ -176,20 +204,24 @@ def test_storage_class_pool_end_to_end(kserve_isvc_stack: KServeISVCStack, drive
         return None
 
     pod = eventually(with_claim, 120, "a pod of KServe's Deployment mounting the tier's claim")
-    claim_name = f"{pod['metadata']['name']}-{volume['name']}"
-    claim = eventually(
-        lambda: (
-            (
-                (
-                    c := core.read_namespaced_persistent_volume_claim(claim_name, ns)
-                ).metadata.annotations
-                or {}
-            ).get(SELECTED_NODE)
-            and c
-        ),
-        timeout=60,
-        what="the scheduler's node for the pod's claim",
-    )
+
+    def scheduled_claim() -> Any:
+        # The pod of the Deployment's current template: a rollout may replace the first one.
+        current = with_claim()
+        if current is None:
+            return None
+        claim_name = f"{current['metadata']['name']}-{volume['name']}"
+        found = core.read_namespaced_persistent_volume_claim(claim_name, ns)
+        return found if (found.metadata.annotations or {}).get(SELECTED_NODE) else None
+
+    try:
+        claim = eventually(scheduled_claim, 60, "the scheduler's node for the pod's claim")
+    except AssertionError as exc:
+        pod = with_claim() or pod
+        pod_name = pod["metadata"]["name"]
+        raise AssertionError(
+            f"{exc}; pod {pod_name}: {scheduling(admin_api, ns, pod_name)}"
+        ) from exc
     assert claim.spec.storage_class_name == CLASS
     assert claim.metadata.annotations[SELECTED_NODE] == roomy
 

@@ -25,7 +25,6 @@ import pytest
 import yaml
 
 from localcluster import ClusterError, LocalCluster
-from tests.e2e.kube_helpers import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLE = REPO / "bundle"
@@ -312,15 +311,6 @@ def strict_apply(
     return stored
 
 
-def established(cluster: LocalCluster, name: str) -> None:
-    def check() -> bool:
-        crd = json.loads(cluster.kubectl("get", "crd", name, "-o", "json"))
-        conditions = (crd.get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-    eventually(check, timeout=60, what=f"CRD {name} Established")
-
-
 @pytest.fixture(scope="module")
 def installed(bare_cluster: LocalCluster) -> dict[str, list[str]]:
     """OLM's CSV CRD, then the bundle's CRDs applied strictly; what each lost on the way."""
@@ -334,7 +324,7 @@ def installed(bare_cluster: LocalCluster) -> dict[str, list[str]]:
     )
     # OLM's own CSV schema (OLM does not run here)
     cluster.kubectl("apply", "--server-side", "-f", str(olm_crds))
-    established(cluster, "clusterserviceversions.operators.coreos.com")
+    cluster.wait_established("clusterserviceversions.operators.coreos.com")
     crds = [
         d
         for p in sorted((BUNDLE / "manifests").glob("*.yaml"))
@@ -344,7 +334,7 @@ def installed(bare_cluster: LocalCluster) -> dict[str, list[str]]:
     lost = {}
     for crd in crds:
         lost[crd["metadata"]["name"]] = missing(crd, strict_apply(cluster, crd))
-        established(cluster, crd["metadata"]["name"])
+        cluster.wait_established(crd["metadata"]["name"])
     cluster.kubectl("apply", "-f", "-", stdin=json.dumps(_namespace(EXAMPLES_NS)))
     return lost
 

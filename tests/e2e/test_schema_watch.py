@@ -55,12 +55,7 @@ def cluster_() -> Iterator[LocalCluster]:
 
 def _established(cluster: LocalCluster, crd: Path) -> None:
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
-    cluster.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/inferenceservices.serving.kserve.io",
-    )
+    cluster.wait_established("inferenceservices.serving.kserve.io")
 
 
 def _without_ephemeral_fields(full: Path, out: Path) -> Path:

@@ -188,13 +188,16 @@ def _wait_quiet(cluster: LocalCluster, seconds: float = 5, timeout: float = 90) 
     moment. Events left out: the periodic resync re-reports the refusals of other modules'
     tiers on the session cluster, and an Event reaches no tenant's or victim's object."""
     deadline = time.monotonic() + timeout
+    writes: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
         start = time.time()
         time.sleep(seconds)
         written = _audit_entries(cluster.audit_log, start)
-        if not [e for e in written if (e.get("objectRef") or {}).get("resource") != "events"]:
+        writes = [e for e in written if (e.get("objectRef") or {}).get("resource") != "events"]
+        if not writes:
             return time.time()
-    raise AssertionError("the operator never went quiet")
+    seen = sorted({audit.describe(e) for e in writes})
+    raise AssertionError(f"the operator never went quiet; its last writes: {seen[:20]}")
 
 
 class Tenant:

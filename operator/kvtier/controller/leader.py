@@ -4,6 +4,13 @@ Every replica watches (so its cache is warm for a fast failover); only the holde
 Lease works the queue. The holder renews every `renew` seconds; a replica takes over a Lease
 whose renewTime is older than its duration. Updates carry the resourceVersion, so two
 replicas racing for an expired Lease cannot both win.
+
+As in client-go, the holder stops acting once `renew_deadline` has passed since the start of
+its last successful renewal, whether or not the request it is waiting on ever answers: that
+renewal's renewTime is later than its start, so no other replica can take the Lease before
+renewTime + duration, which is after the deadline. Renewals run in a thread of their own with
+a request timeout shorter than the deadline, so neither a queue of reconciles in the shared
+thread pool nor a stalled API server can keep a replica acting on a Lease it may have lost.
 """
 
 from __future__ import annotations
@@ -12,8 +19,10 @@ import asyncio
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -58,16 +67,24 @@ class LeaderElector:
         on_started: Callable[[], None],
         on_stopped: Callable[[], None],
         duration: int = 15,
+        renew_deadline: float = 10.0,
         renew: float = 5.0,
+        retry: float = 1.0,
     ) -> None:
-        self.kube = kube
+        if not retry <= renew < renew_deadline < duration:
+            raise ValueError("leader election needs retry <= renew < renew_deadline < duration")
+        # A request that hangs must end before the deadline, so the next round can run.
+        self.kube = Kube(kube.api, timeout=renew_deadline / 2)
         self.namespace = namespace
         self.identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.on_started = on_started
         self.on_stopped = on_stopped
         self.duration = duration
+        self.renew_deadline = renew_deadline
         self.renew = renew
+        self.retry = retry
         self.leading = False
+        self._renewed = 0.0  # monotonic start of the last successful round
         self._path = f"/apis/{LEASE_API}/namespaces/{namespace}/leases"
 
     def _body(self, acquire: datetime, transitions: int, rv: str | None) -> dict[str, Any]:
@@ -110,22 +127,46 @@ class LeaderElector:
         return True
 
     async def run(self) -> None:
-        while True:
-            try:
-                holding = await asyncio.to_thread(self._try)
-            except ApiException as exc:
-                # 409: another replica won the race; anything else: try again next round.
+        loop = asyncio.get_running_loop()
+        pool = ThreadPoolExecutor(1, thread_name_prefix="kvtier-lease")
+        try:
+            while True:
+                await asyncio.sleep(await self._round(loop, pool))
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _round(self, loop: asyncio.AbstractEventLoop, pool: ThreadPoolExecutor) -> float:
+        """One try; returns how long to wait before the next."""
+        started = time.monotonic()
+        limit = self._renewed + self.renew_deadline - started if self.leading else self.renew
+        holding: bool | None = None  # None: could not tell
+        try:
+            future = loop.run_in_executor(pool, self._try)
+            holding = await asyncio.wait_for(future, max(limit, 0.0))
+        except TimeoutError:
+            log.warning("leader election: no answer within %.1fs", max(limit, 0.0))
+        except ApiException as exc:
+            if exc.status == 409:  # another replica won the race or took the Lease
                 holding = False
-                if exc.status != 409:
-                    log.warning("leader election: %s", exc.status)
-            except Exception as exc:  # the API server may be restarting: keep trying
-                holding = False
-                log.warning("leader election: %s", exc)
-            if holding != self.leading:
-                self.leading = holding
-                log.info("%s leadership (%s)", "acquired" if holding else "lost", self.identity)
-                (self.on_started if holding else self.on_stopped)()
-            await asyncio.sleep(self.renew)
+            else:
+                log.warning("leader election: %s", exc.status)
+        except Exception as exc:  # the API server may be restarting: keep trying
+            log.warning("leader election: %s", exc)
+        if holding:
+            self._renewed = started
+        elif holding is None and self.leading:
+            if time.monotonic() < self._renewed + self.renew_deadline:
+                return self.retry  # still within the deadline: act on, try again soon
+            log.warning("leader election: not renewed within %.0fs", self.renew_deadline)
+        self._become(bool(holding))
+        return self.renew
+
+    def _become(self, holding: bool) -> None:
+        if holding == self.leading:
+            return
+        self.leading = holding
+        log.info("%s leadership (%s)", "acquired" if holding else "lost", self.identity)
+        (self.on_started if holding else self.on_stopped)()
 
     def release(self) -> None:
         """Give the Lease up on a clean shutdown, so a standby takes over at once."""

@@ -78,6 +78,7 @@ class Runtime:
         while time.monotonic() < deadline and not all(synced.is_set() for synced in needed):
             await asyncio.sleep(0.05)
         self.leading.set()
+        metrics.LEADER.set(1)
         self.queue.add(POLICY_KEY)
         self.enqueue(self.cache.tier_keys())
 
@@ -105,6 +106,7 @@ class Runtime:
 
     def follow(self) -> None:
         self.leading.clear()
+        metrics.LEADER.set(0)
 
     def start(self, informers: list[Informer]) -> None:
         """Watch (every replica, so a standby's cache is warm) and work the queue."""
