@@ -46,6 +46,9 @@ RECONCILES = Counter("kvtier_reconcile_total", "Reconciles by result.", ("result
 RESYNCS = Counter(
     "kvtier_resyncs_total", "Periodic passes that queued every tier again (--resync-seconds)."
 )
+QUEUE_DEPTH = Gauge(
+    "kvtier_workqueue_depth", "Keys waiting in the work queue (tiers, and the policy)."
+)
 LEADER = Gauge(
     "kvtier_leader", "1 while this replica acts (it holds the Lease, or election is off)."
 )

@@ -93,6 +93,17 @@ class OperatorProcess:
         with urllib.request.urlopen(request, timeout=5, context=context) as r:
             return str(r.read().decode())
 
+    def load(self) -> str:
+        """The queue's depth, passes and reconciles so far, and the log's tail: what a
+        failure message needs to tell a busy operator from one that decided not to act."""
+        wanted = ("kvtier_workqueue_depth", "kvtier_resyncs_total", "kvtier_reconcile_total{")
+        try:
+            lines = [line for line in self.metrics().splitlines() if line.startswith(wanted)]
+        except OSError as exc:
+            lines = [f"metrics unreadable: {exc}"]
+        tail = self.log_path.read_text(errors="replace").splitlines()[-15:]
+        return "; ".join(lines) + "\noperator log tail:\n" + "\n".join(tail)
+
     def resyncs(self) -> int:
         """How many periodic passes the operator made (kvtier_resyncs_total)."""
         for line in self.metrics().splitlines():

@@ -385,7 +385,7 @@ def test_user_kv_transfer_config_is_a_conflict(admin_api: client.ApiClient, ns: 
 
 
 def test_argo_reapplies_do_not_start_a_write_war(
-    cluster: LocalCluster, admin_api: client.ApiClient, ns: str
+    cluster: LocalCluster, admin_api: client.ApiClient, ns: str, operator: OperatorProcess
 ) -> None:
     user = inference_service(
         "llama-70b",
@@ -420,9 +420,8 @@ def test_argo_reapplies_do_not_start_a_write_war(
     # Each re-apply takes back the args (an atomic list) and the memory: at most one guarded
     # JSON patch and one apply restore them, and it stops when the re-applies stop.
     assert 1 <= target_writes <= 2 * rounds, writes
-    settled = time.time()
-    time.sleep(5)
-    assert sum(audit.writes(cluster.audit_log, since=settled).values()) == 0
+    # Settled: nothing more, not even on the operator's periodic passes.
+    assert sum(audit.idle_writes(cluster.audit_log, operator, namespace=ns).values()) == 0
     print(f"argo re-applies: {rounds}, kvtier target writes: {target_writes}")
 
 
@@ -557,7 +556,7 @@ def test_namespace_deletion_completes(admin_api: client.ApiClient, ns: str) -> N
 
 
 def test_two_tiers_on_one_target_never_fight(
-    cluster: LocalCluster, admin_api: client.ApiClient, ns: str
+    cluster: LocalCluster, admin_api: client.ApiClient, ns: str, operator: OperatorProcess
 ) -> None:
     _cpu_only_tier(admin_api, ns, "shared")
     start = time.time()
@@ -574,7 +573,7 @@ def test_two_tiers_on_one_target_never_fight(
     )
     tier = wait_condition(admin_api, ns, "second", "Conflict", "True", "TargetClaimed")
     assert "KVCacheTier shared" in condition_message(tier, "Conflict")
-    time.sleep(3)
+    operator.wait_resyncs(2)  # the waiting tier writes nothing, on a periodic pass either
     writes = audit.writes(cluster.audit_log, since=start)
     assert writes[("patch", "llminferenceservices")] == 0, writes
     # The first tier goes: the waiting one takes the target over.
@@ -590,7 +589,11 @@ def condition_message(tier: dict[str, Any], ctype: str) -> str:
 
 @pytest.mark.parametrize("refusal", ["TargetClaimed", "CPUTierAboveLimit"])
 def test_a_refused_nvme_tier_names_its_refusal_and_makes_no_volume(
-    cluster: LocalCluster, admin_api: client.ApiClient, ns: str, refusal: str
+    cluster: LocalCluster,
+    admin_api: client.ApiClient,
+    ns: str,
+    refusal: str,
+    operator: OperatorProcess,
 ) -> None:
     """Ready names the refusal, not local PVs that are never created (issue V, defect 2)."""
     name = f"refused-{refusal.lower()}"
@@ -623,7 +626,7 @@ def test_a_refused_nvme_tier_names_its_refusal_and_makes_no_volume(
         assert conds[step]["reason"] == "Blocked" and f"({refusal})" in conds[step]["message"]
     assert not any("waiting for" in c["message"] for c in conds.values()), conds
     assert tier["status"]["plan"]["summary"].endswith(f"({refusal})")
-    time.sleep(3)  # reconciles still in flight would write now
+    operator.wait_resyncs(2)  # reconciles in flight, or a periodic pass, would write now
     core = client.CoreV1Api(admin_api)
     label = f"{TIER_ID}={tier_id(ns, tier_name)}"
     assert core.list_persistent_volume(label_selector=label).items == []

@@ -256,7 +256,7 @@ def test_a_missing_ceph_namespace_is_reported(
 
 
 def test_switching_it_off_removes_what_kvtier_made(
-    admin_api: client.ApiClient, ceph: dict[str, Any]
+    admin_api: client.ApiClient, ceph: dict[str, Any], operator: OperatorProcess
 ) -> None:
     apply_policy(admin_api, policy())
     eventually(lambda: filesystem(admin_api, FS), what="kvtier's CephFilesystem")
@@ -264,7 +264,10 @@ def test_switching_it_off_removes_what_kvtier_made(
     eventually(lambda: storage_class(admin_api), what="the replica-1 StorageClass")
     apply_policy(admin_api, policy(enabled=False))
     # No Rook here to hold the CR while volumes live in it: both go at once.
-    eventually(lambda: filesystem(admin_api, FS) is None or None, what="the fs deleted")
+    try:
+        eventually(lambda: filesystem(admin_api, FS) is None or None, what="the fs deleted")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; operator: {operator.load()}") from exc
     eventually(lambda: storage_class(admin_api) is None or None, what="the class deleted")
     eventually(lambda: policy_condition(admin_api) is None or None, what="condition gone")
     assert_foreign_untouched(admin_api, ceph)

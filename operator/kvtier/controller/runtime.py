@@ -48,6 +48,7 @@ class Runtime:
         self.resync_seconds = resync_seconds
         self.cache = Cache()
         self.queue: WorkQueue[TierKey] = WorkQueue()
+        metrics.QUEUE_DEPTH.set_function(lambda: len(self.queue))
         self.workers = workers
         self.instance = socket.gethostname()
         self.events = EventSender(kube)
