@@ -47,7 +47,7 @@ def decide_with(t: dict[str, Any], replicas: int) -> Any:
 
 def test_status_carries_both_views_and_validates_against_the_crd_model() -> None:
     from kvtier.api.tier import KVCacheTierStatus
-    from kvtier.controller.controller import prune
+    from kvtier.policy.stored import prune
 
     d = decide_with(_probed_cephfs(0.05, 205e6), replicas=3)
     (cephfs,) = (t for t in d.status["tiers"] if t["name"] == "cephfs")

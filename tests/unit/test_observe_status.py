@@ -11,6 +11,7 @@ from prometheus_client import REGISTRY
 
 from kvtier import metrics
 from kvtier.api.observation import EffectiveState, Observation, TPrefill
+from kvtier.controller.controller import status_patch
 from kvtier.observe.series import parse_exposition
 from kvtier.observe.status import evaluate, failed, steady, tier_facts
 from kvtier.observe.verdict import Thresholds
@@ -111,6 +112,25 @@ def test_a_failed_read_keeps_the_last_figures() -> None:
     decision = decide(facts(t, policy=METRICS_POLICY, observation=failed("Prometheus: Timeout")))
     assert conds(decision.status)["TierEffective"]["reason"] == "MetricsUnavailable"
     assert decision.status["observed"] == {"externalHitRatio": 0.5}
+
+
+def test_a_reading_that_repeats_the_figures_writes_no_status() -> None:
+    """An idle server's figures do not move: the next reading keeps the stored status (its
+    readAt too), so the observer's passes make no status write; new figures do."""
+    first = observe("hit")
+    assert first.observed is not None
+    t = tier()
+    t["status"] = status_patch(  # as the API server stores it
+        None, decide(facts(tier(), policy=METRICS_POLICY, observation=first)).status
+    )
+    repeated = {**first.observed, "readAt": "2026-12-01T12:05:00Z"}
+    later = Observation(first.state, repeated)
+    again = decide(facts(t, policy=METRICS_POLICY, observation=later))
+    assert again.status["observed"]["readAt"] == "2026-12-01T12:00:00Z"
+    assert status_patch(t["status"], again.status) is None
+    moved = Observation(first.state, {**repeated, "externalHitRatio": 0.5})
+    changed = decide(facts(t, policy=METRICS_POLICY, observation=moved)).status["observed"]
+    assert changed["readAt"] == "2026-12-01T12:05:00Z" and changed["externalHitRatio"] == 0.5
 
 
 def test_the_crossover_uses_the_measured_t_prefill_when_no_baseline_is_typed() -> None:

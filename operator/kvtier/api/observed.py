@@ -144,7 +144,13 @@ class ObservedTier(KubeModel):
 class ObservedStatus(KubeModel):
     """What vLLM's own metrics showed over the last window."""
 
-    read_at: datetime | None = Field(default=None, description="When the metrics were read.")
+    read_at: datetime | None = Field(
+        default=None,
+        description=(
+            "When the metrics were read that gave these figures; a later reading with the"
+            " same figures leaves the status as it is."
+        ),
+    )
     window_seconds: float | None = _figure("The window the figures cover.")
     source: Literal["Prometheus", "DirectScrape"] | None = Field(
         default=None, description="Where they were read."

@@ -32,6 +32,7 @@ from kvtier.policy.decide import decide
 from kvtier.policy.events import Event, announce
 from kvtier.policy.provisioning import object_key, pending_writes, removal_writes
 from kvtier.policy.scheduler import removal_configmap_writes
+from kvtier.policy.stored import prune
 from kvtier.render import DesiredWrite
 from kvtier.render.scheduler import config_ref
 from kvtier.targets.registry import registered
@@ -49,15 +50,6 @@ STATUS_KEYS = (
     "observed",
     "conditions",
 )
-
-
-def prune(value: Any) -> Any:
-    """Drop None values recursively: the shape the API server stores."""
-    if isinstance(value, Mapping):
-        return {k: prune(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [prune(v) for v in value]
-    return value
 
 
 def status_patch(

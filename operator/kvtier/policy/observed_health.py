@@ -11,6 +11,7 @@ from kvtier.api.tier import ConditionType, KVCacheTierSpec
 from kvtier.policy.conditions import UNKNOWN, Verdict
 from kvtier.policy.contract import Facts
 from kvtier.policy.gate import ObservedEvidence
+from kvtier.policy.stored import prune
 from kvtier.tiers.registry import EVICTED_STATUS_NAMES
 
 
@@ -90,4 +91,16 @@ def tier_effective(facts: Facts, policy: KVCachePolicySpec | None) -> tuple[Verd
         )
     state = obs.state
     observed = obs.observed if obs.observed is not None else status.get("observed")
-    return Verdict(kind, state.status, state.reason, state.message), observed
+    return Verdict(kind, state.status, state.reason, state.message), same_reading(
+        observed, status.get("observed")
+    )
+
+
+def same_reading(new: Any, old: Any) -> Any:
+    """The stored reading when the new one repeats its figures: only `readAt` would change,
+    and a status write per tier per observer pass would be a heartbeat that tells no one
+    anything (an idle model server's figures never move)."""
+    if not isinstance(new, Mapping) or not isinstance(old, Mapping):
+        return new
+    figures = prune({k: v for k, v in new.items() if k != "readAt"})
+    return old if figures == prune({k: v for k, v in old.items() if k != "readAt"}) else new
