@@ -57,7 +57,7 @@ What is vLLM's own code, and what is not:
   config.json handed to vLLM (`models[].droppedQuantization`).
 - `provenance` names the vLLM wheel pip installed (name, sha256: from the virtualenv's pip
   install report), the sha256 of every harness source, and `bodySha256`, a hash of the rest of
-  the file (golden_provenance.py); tests/unit/test_vllm_conformance.py checks all three.
+  the file (golden_provenance.py); tests/unit/test_golden_provenance.py checks all three.
 - `contextBytes[N]` combines vLLM's numbers with one line of arithmetic (function
   `context_bytes`): every offloaded group stores floor(N / tokens per chunk) chunks (the
   offloading scheduler stores whole chunks only: `prompt_offloadable_tokens //
@@ -866,7 +866,6 @@ def main() -> int:
         return 2
     logging.disable(logging.CRITICAL)  # vLLM logs what the harness records anyway
     started = time.monotonic()
-    sources = golden_provenance.harness_sources(pathlib.Path(REPO))
     wanted = set(args.models.split(",")) if args.models else None
     cases: list[dict[str, Any]] = []
     managers: list[dict[str, Any]] = []
@@ -915,11 +914,6 @@ def main() -> int:
     document = {
         "provenance": {
             "vllm": vllm.__version__,
-            "vllmWheel": golden_provenance.wheel(pathlib.Path(args.install_report), "vllm"),
-            "harnessSources": {
-                "sha256": golden_provenance.combined_sha256(sources),
-                "files": sources,
-            },
             "torch": _version("torch"),
             "transformers": _version("transformers"),
             "python": platform.python_version(),
@@ -941,7 +935,7 @@ def main() -> int:
         "cases": cases,
         "managers": managers,
     }
-    document["provenance"]["bodySha256"] = golden_provenance.body_sha256(document)
+    golden_provenance.seal(document, pathlib.Path(REPO), "vllm", pathlib.Path(args.install_report))
     with open(args.output, "w", encoding="utf-8") as f:
         json.dump(document, f, indent=1, sort_keys=False)
         f.write("\n")

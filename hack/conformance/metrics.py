@@ -11,7 +11,9 @@ run time by the tiering manager; they are asked of vLLM's own TieringMetricsTrac
 release has one. Nothing is served or observed: only definitions are recorded.
 
 The exposition the tests serve (kvtier.observe.exposition) is generated from this file, so a
-metric vLLM renames or relabels shows up as a fixture diff in `make conformance`.
+metric vLLM renames or relabels shows up as a fixture diff in `make conformance`. Its
+provenance names the vLLM wheel and hashes this script's sources and the file's body
+(golden_provenance.py), as the harness's golden file does.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import json
 import logging
 import math
 import os
+import pathlib
 import platform
 import sys
 import tempfile
@@ -31,6 +34,8 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import golden_provenance
 
 # harness sets up the emulated platform before vLLM's configs load.
 import harness
@@ -132,6 +137,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", required=True)
     parser.add_argument("--expect-version", help="fail unless this vLLM release is imported")
+    parser.add_argument(
+        "--install-report", required=True, help="pip's install report of this virtualenv"
+    )
     args = parser.parse_args()
     if args.expect_version and vllm.__version__ != args.expect_version:
         print(f"vLLM {vllm.__version__} imported, {args.expect_version} expected", file=sys.stderr)
@@ -164,6 +172,9 @@ def main() -> int:
         },
         "configs": configs,
     }
+    golden_provenance.seal(
+        document, pathlib.Path(harness.REPO), "vllm-metrics", pathlib.Path(args.install_report)
+    )
     with open(args.output, "w", encoding="utf-8") as f:
         json.dump(document, f, indent=1)
         f.write("\n")

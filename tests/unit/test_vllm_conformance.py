@@ -5,17 +5,13 @@ harness.py, run in a vLLM virtualenv by hack/conformance/run). These tests need 
 recompute kvtier's figures for every case and compare.
 
 Every figure must equal vLLM's exactly (chunk bytes, chunk count, the bytes of a context) for
-every case of every pinned release. What vLLM itself refuses, kvtier must refuse too. Each
-golden file's provenance pins what it was made from (hack/conformance/golden_provenance.py):
-the harness sources, by hash, and a hash of its own body, so a harness changed without
-regenerating, or a hand-edited figure, fails here.
+every case of every pinned release. What vLLM itself refuses, kvtier must refuse too. That each
+golden file is what the harness wrote from today's sources is test_golden_provenance.py's.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +20,6 @@ import pytest
 from kvtier import sizing
 
 REPO = Path(__file__).parent.parent.parent
-sys.path.insert(0, str(REPO / "hack" / "conformance"))
-import golden_provenance  # noqa: E402  (standard library only; shared with the harness)
-
 GOLDEN_DIR = REPO / "tests" / "fixtures" / "vllm"
 GOLDEN = sorted(GOLDEN_DIR.glob("*.json"))
 
@@ -50,46 +43,11 @@ def _load(path: Path) -> dict[str, Any]:
 
 
 def test_golden_files_exist() -> None:
-    """Never pass vacuously: at least one pinned vLLM release must be recorded."""
+    """Never pass vacuously: at least one pinned vLLM release is recorded, each with cases."""
     assert GOLDEN, (
         f"no golden files in {GOLDEN_DIR}: run `make conformance` (hack/conformance/run --write)"
     )
-
-
-@pytest.mark.parametrize("path", GOLDEN, ids=[p.stem for p in GOLDEN])
-def test_provenance_names_the_wheel(path: Path) -> None:
-    """The golden file names the vLLM wheel it was made with, and that wheel's sha256."""
-    provenance = _load(path)["provenance"]
-    assert provenance["vllm"] == path.stem
-    wheel = provenance["vllmWheel"]
-    assert wheel["name"].startswith(f"vllm-{path.stem}-") and wheel["name"].endswith(".whl")
-    assert re.fullmatch("[0-9a-f]{64}", wheel["sha256"]), wheel
-
-
-@pytest.mark.parametrize("path", GOLDEN, ids=[p.stem for p in GOLDEN])
-def test_harness_sources_unchanged_since_the_golden_file(path: Path) -> None:
-    """Each harness source hashes as it did when the golden file was written (else regenerate)."""
-    recorded = _load(path)["provenance"]["harnessSources"]
-    today = golden_provenance.harness_sources(REPO)
-    changed = sorted(
-        f for f in set(today) | set(recorded["files"]) if today.get(f) != recorded["files"].get(f)
-    )
-    assert not changed, (
-        f"harness sources changed since {path.name} was written: {changed}; "
-        "run `make conformance CONFORMANCE_WRITE=1`"
-    )
-    assert recorded["sha256"] == golden_provenance.combined_sha256(today)
-
-
-@pytest.mark.parametrize("path", GOLDEN, ids=[p.stem for p in GOLDEN])
-def test_body_is_what_the_harness_wrote(path: Path) -> None:
-    """The body (all but the provenance) hashes as the harness recorded: no hand edits."""
-    doc = _load(path)
-    assert doc["cases"], "a golden file without cases"
-    assert doc["provenance"]["bodySha256"] == golden_provenance.body_sha256(doc), (
-        f"{path.name} was edited after the harness wrote it; run `make conformance "
-        "CONFORMANCE_WRITE=1`"
-    )
+    assert all(_load(path)["cases"] for path in GOLDEN), "a golden file without cases"
 
 
 def kvtier_figures(case: Case, version: str, cpu_bytes: int, contexts: list[int]) -> dict[str, Any]:
