@@ -1,6 +1,6 @@
-"""The restricted Pod Security Standard as a pure check, and the pod KServe would run for a
-model server: shared by the unit tests (rendered objects, no cluster) and the e2e tests,
-where kube-apiserver's PodSecurity admission is the judge.
+"""The restricted Pod Security Standard as a pure check, and the pod KServe would run for an
+LLMInferenceService: shared by the unit tests (rendered objects, no cluster) and the e2e
+tests, where kube-apiserver's PodSecurity admission is the judge.
 
 `restricted_violations` follows the Pod Security Standards, `restricted` at version
 `latest` (every baseline rule plus the restricted ones), for a pod spec:
@@ -158,7 +158,7 @@ def restricted_violations(
     return bad
 
 
-# --- the pod a (patched) model server runs ------------------------------------------------------
+# --- the pod a (patched) LLMInferenceService runs -----------------------------------------------
 
 _MERGE_KEYS = {"containers": "name", "volumes": "name", "env": "name", "volumeMounts": "mountPath"}
 
@@ -239,34 +239,24 @@ def apply_writes(target: Mapping[str, Any], writes: Any) -> dict[str, Any]:
 
 
 def pod_from_target(target: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """Play KServe: the pod a (patched) InferenceService or LLMInferenceService runs, its
-    securityContext exactly as the target carries it, nothing added."""
+    """Play KServe: the pod a (patched) LLMInferenceService runs, its securityContext exactly
+    as the target carries it, nothing added. (An InferenceService's pod is KServe's own: its
+    controller on the e2e cluster, or tests/kserve_runtime_oracle.py.)"""
     spec = target["spec"]
-    if target["kind"] == "InferenceService":
-        predictor = copy.deepcopy(spec["predictor"])
-        model = predictor.pop("model")
-        for key in ("modelFormat", "storageUri", "runtime", "protocolVersion"):
-            model.pop(key, None)
-        container = {"name": "kserve-container", "image": "vllm/vllm-openai", **model}
-        pod_spec = {"containers": [container]}
-        for key in ("volumes", "securityContext", "nodeSelector", "tolerations"):
-            if key in predictor:
-                pod_spec[key] = predictor[key]
-    else:
-        pod_spec = copy.deepcopy(spec["template"])
-        # v1alpha2's native offload field: KServe mounts each secondary tier's claim.
-        offload = spec.get("kvCacheOffloading") or {}
-        for i, tier in enumerate(offload.get("secondary") or []):
-            pvc = tier["fileSystem"]["pvc"]
-            volume: dict[str, Any] = {"name": f"kv-cache-secondary-{i}"}  # KServe's name
-            if "spec" in pvc:
-                volume["ephemeral"] = {"volumeClaimTemplate": {"spec": pvc["spec"]}}
-            else:
-                volume["persistentVolumeClaim"] = {"claimName": pvc["ref"]["name"]}
-            pod_spec.setdefault("volumes", []).append(volume)
-            pod_spec["containers"][0].setdefault("volumeMounts", []).append(
-                {"name": volume["name"], "mountPath": f"/mnt/kv-cache-{i}"}
-            )
+    pod_spec = copy.deepcopy(spec["template"])
+    # v1alpha2's native offload field: KServe mounts each secondary tier's claim.
+    offload = spec.get("kvCacheOffloading") or {}
+    for i, tier in enumerate(offload.get("secondary") or []):
+        pvc = tier["fileSystem"]["pvc"]
+        volume: dict[str, Any] = {"name": f"kv-cache-secondary-{i}"}  # KServe's name
+        if "spec" in pvc:
+            volume["ephemeral"] = {"volumeClaimTemplate": {"spec": pvc["spec"]}}
+        else:
+            volume["persistentVolumeClaim"] = {"claimName": pvc["ref"]["name"]}
+        pod_spec.setdefault("volumes", []).append(volume)
+        pod_spec["containers"][0].setdefault("volumeMounts", []).append(
+            {"name": volume["name"], "mountPath": f"/mnt/kv-cache-{i}"}
+        )
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": pod_spec}
 
 

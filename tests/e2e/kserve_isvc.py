@@ -18,6 +18,8 @@ API:
     predictor_deployments(api, ns, name) -> {deployment name: Deployment} (KServe's, by label);
     predictor_pods(api, ns, name) -> [Pod] (as the API server stored them, after KServe's pod
         webhook);
+    pod_of_template(api, ns, name, template) -> Pod: a predictor pod kube-controller-manager
+        created from that pod template of KServe's (waited for; it exists once admitted);
     plain(api, obj) -> dict: a typed client object as the API server's JSON;
     vllm_argv(container, pod=None) -> list[str]: the container's command and args run by bash
         with its literal env (and the pod's fieldRef values) and stub `vllm`, `python`,
@@ -40,10 +42,12 @@ from kubernetes import client
 
 from kserve_isvc_controller import KServeISVCController
 from localcluster import LocalCluster
+from tests.e2e.kube_helpers import eventually
 from tests.e2e.operator_process import OperatorProcess
 
 GROUP, VERSION = "serving.kserve.io", "v1beta1"
 ISVC_LABEL = "serving.kserve.io/inferenceservice"  # KServe's InferenceServicePodLabelKey
+CONTAINER = "kserve-container"  # KServe's InferenceServiceContainerName
 API_SERVER = "vllm.entrypoints.openai.api_server"
 
 
@@ -101,6 +105,27 @@ def predictor_deployments(api: client.ApiClient, ns: str, name: str) -> dict[str
 def predictor_pods(api: client.ApiClient, ns: str, name: str) -> list[dict[str, Any]]:
     found = client.CoreV1Api(api).list_namespaced_pod(ns, label_selector=f"{ISVC_LABEL}={name}")
     return [plain(api, p) for p in found.items]
+
+
+def pod_of_template(
+    api: client.ApiClient, ns: str, name: str, template: dict[str, Any]
+) -> dict[str, Any]:
+    """A live predictor pod of `template`, told by its vLLM container's args and memory (the
+    API server adds defaults of its own, GPU requests among them)."""
+
+    def key(spec: dict[str, Any]) -> tuple[Any, ...]:
+        ctr = container(spec, CONTAINER)
+        memory = [ctr["resources"].get(k, {}).get("memory") for k in ("requests", "limits")]
+        return ctr.get("args"), *memory
+
+    def check() -> dict[str, Any] | None:
+        live = [
+            p for p in predictor_pods(api, ns, name) if not p["metadata"].get("deletionTimestamp")
+        ]
+        return next((p for p in live if key(p["spec"]) == key(template["spec"])), None)
+
+    found: dict[str, Any] = eventually(check, 120, f"a pod of {name}'s template, admitted")
+    return found
 
 
 def container(spec: dict[str, Any], name: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kvtier.names.objects import DSHM_VOLUME
+from kvtier.names.objects import DSHM_VOLUME, KV_CACHE_VOLUME
 from kvtier.render.quantities import quantity_to_bytes
 from kvtier.render.result import RenderError
 from kvtier.sizing.vllm import SHM_PATH
@@ -24,6 +24,9 @@ from kvtier.targets.pod import KV_FLAG
 from kvtier.targets.serving_runtime import NoRuntime, Runtime, merged_pod, select_runtime
 from tests.kserve_runtime_oracle import kserve_runtimes, runtime_fixture
 from tests.kserve_runtime_oracle import merged_pod as kserve_pod
+from tests.pod_security import restricted_target, restricted_violations
+from tests.unit.test_pod_security import DISKS, LOOSENING, _keys
+from tests.unit.test_pod_security import _offload as disk_offload
 from tests.unit.test_render_targets import _applied_to, _offload
 
 NS = "llm"
@@ -161,6 +164,34 @@ def test_kvtiers_writes_land_in_the_pod_kserve_builds(shape: str, case: str) -> 
             model["resources"]["requests"]["memory"]
         )
     assert {"name": "HF_HUB_OFFLINE", "value": "1"} in container["env"]
+
+
+@pytest.mark.parametrize("disk", sorted(DISKS))
+def test_kvtiers_writes_keep_the_pod_kserve_builds_restricted(disk: str) -> None:
+    """A restricted user's service on KServe's runtime (tests/unit/test_pod_security.py's
+    case for an InferenceService, on the pod KServe's code and pod webhook build): kvtier
+    writes no security setting, the pod passes the restricted standard with kvtier's writes
+    as without them, its securityContexts are the user's pod's, and kvtier's additions are in
+    it (one /dev/shm, kvtier's memory emptyDir; the disk claim or claim template)."""
+    user = restricted_target(isvc())
+    writes = INFERENCE_SERVICE.writes(user, disk_offload(disk), None, related("kserve"))
+    assert not isinstance(writes, Conflict)
+    written = {k for w in writes for k in _keys(w.body)}
+    assert not written & LOOSENING, written & LOOSENING
+    local, cluster = runtimes("kserve")
+    before = kserve_pod(user, local, cluster)["head"]
+    after = kserve_pod(_applied_to(user, writes), local, cluster)["head"]
+    assert restricted_violations(before["pod"]) == []
+    assert restricted_violations(after["pod"]) == []
+    assert after["pod"]["securityContext"] == before["pod"]["securityContext"]
+    assert after["container"]["securityContext"] == before["container"]["securityContext"]
+    volumes = {v["name"]: v for v in after["pod"]["volumes"]}
+    [shm] = [m for m in after["container"]["volumeMounts"] if m["mountPath"] == SHM_PATH]
+    assert shm["name"] == DSHM_VOLUME and volumes[DSHM_VOLUME]["emptyDir"]["medium"] == "Memory"
+    if disk == "NVMe":
+        assert "ephemeral" in volumes[KV_CACHE_VOLUME]
+    elif disk == "CephFS":
+        assert "persistentVolumeClaim" in volumes[KV_CACHE_VOLUME]
 
 
 def test_a_runtime_that_drops_the_args_is_refused_where_kserve_drops_them() -> None:

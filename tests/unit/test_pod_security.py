@@ -1,7 +1,9 @@
 """The restricted Pod Security Standard, checked on what kvtier renders: the probe Job's pod,
-and a model server's pod after kvtier's apply body (memory, the /dev/shm memory emptyDir, the
-disk tier's claim or claim template, mounts, env) for every target kind and disk. The e2e
-twin, tests/e2e/test_pod_security.py, lets kube-apiserver's PodSecurity admission judge."""
+and an LLMInferenceService's pod after kvtier's apply body (memory, the /dev/shm memory
+emptyDir, the disk tier's claim or claim template, mounts, env) for every version and disk.
+An InferenceService's pod is KServe's to build, so its case runs KServe's own code
+(tests/e2e/test_runtime_pod_oracle.py). The e2e twin, tests/e2e/test_pod_security.py, lets
+kube-apiserver's PodSecurity admission judge."""
 
 from __future__ import annotations
 
@@ -45,7 +47,6 @@ DISKS: dict[str, SharedClaim | PerPodClaim | None] = {
     "CephFS": SharedClaim("kvtier-gpt-oss-cephfs"),
 }
 EXAMPLES = {
-    "InferenceService": "llama70b-isvc.yaml",
     "LLMInferenceService/v1alpha1": "gptoss-llmisvc-v1alpha1.yaml",
     "LLMInferenceService/v1alpha2": "nemotron-llmisvc.yaml",
 }
