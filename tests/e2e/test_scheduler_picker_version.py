@@ -11,6 +11,8 @@ from typing import Any, cast
 
 from kubernetes import client
 
+from localcluster import LocalCluster
+from tests.e2e import audit
 from tests.e2e.kube_helpers import (
     apply_policy,
     condition,
@@ -76,7 +78,7 @@ def _scorer(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_base_refd_configs_version_decides_and_its_change_re_reconciles(
-    admin_api: client.ApiClient, operator: OperatorProcess
+    cluster: LocalCluster, admin_api: client.ApiClient, operator: OperatorProcess
 ) -> None:
     apply_policy(admin_api, POLICY)
     ns = new_namespace(admin_api, "picker-version")
@@ -122,3 +124,7 @@ def test_a_base_refd_configs_version_decides_and_its_change_re_reconciles(
     )
     synced = condition(tier, "SchedulerSynced") or {}
     assert f"LLMInferenceServiceConfig {BASE}" in synced["message"], synced
+    # kvtier syncs no router any more: the status says so (no plan.scheduler left behind by a
+    # merge patch that only left it out), and no write follows on the periodic passes.
+    assert "scheduler" not in tier["status"]["plan"], tier["status"]["plan"]
+    assert sum(audit.idle_writes(cluster.audit_log, operator, namespace=ns).values()) == 0

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from kvtier.controller.controller import status_patch
 from kvtier.controller.workqueue import WorkQueue
 from kvtier.policy.conditions import Verdict, merge_conditions
 from kvtier.policy.contract import Facts
@@ -16,6 +15,7 @@ from kvtier.policy.decide import decide
 from kvtier.policy.events import Event, announce
 from kvtier.policy.placement import placement
 from kvtier.policy.status_shape import short_quantity
+from kvtier.policy.stored import status_patch
 from kvtier.render import DesiredWrite
 from kvtier.render.event import event_body
 from kvtier.sizing import SizingInput, lookup_model, plan

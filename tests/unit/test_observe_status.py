@@ -11,11 +11,11 @@ from prometheus_client import REGISTRY
 
 from kvtier import metrics
 from kvtier.api.observation import EffectiveState, Observation, TPrefill
-from kvtier.controller.controller import status_patch
 from kvtier.observe.series import parse_exposition
 from kvtier.observe.status import evaluate, failed, steady, tier_facts
 from kvtier.observe.verdict import Thresholds
 from kvtier.policy.decide import decide
+from kvtier.policy.stored import status_patch
 from tests import vllm_exposition as vx
 from tests.unit.test_decide import POLICY, conds, facts, tier
 

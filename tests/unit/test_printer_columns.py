@@ -9,11 +9,11 @@ from typing import Any, cast
 import pytest
 
 from kvtier.api.crd import KVCACHEPOLICY, KVCACHETIER, crd_document
-from kvtier.controller.controller import status_patch
 from kvtier.policy.conditions import FALSE, TRUE, Verdict
 from kvtier.policy.decide import decide
 from kvtier.policy.policy_ready import policy_ready
 from kvtier.policy.replica1 import CONDITION, policy_status_patch
+from kvtier.policy.stored import status_patch
 from tests.unit.test_decide import POLICY, facts, tier
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

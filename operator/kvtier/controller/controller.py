@@ -32,38 +32,12 @@ from kvtier.policy.decide import decide
 from kvtier.policy.events import Event, announce
 from kvtier.policy.provisioning import object_key, pending_writes, removal_writes
 from kvtier.policy.scheduler import removal_configmap_writes
-from kvtier.policy.stored import prune
+from kvtier.policy.stored import status_patch
 from kvtier.render import DesiredWrite
 from kvtier.render.scheduler import config_ref
 from kvtier.targets.registry import registered
 
 log = logging.getLogger("kvtier.controller")
-STATUS_KEYS = (
-    "observedGeneration",
-    "cpuTier",
-    "diskTier",
-    "mode",
-    "sizing",
-    "tiers",
-    "plan",
-    "effective",
-    "observed",
-    "conditions",
-)
-
-
-def status_patch(
-    current: Mapping[str, Any] | None, desired: Mapping[str, Any]
-) -> dict[str, Any] | None:
-    """The merge patch that turns `current` into `desired`, or None when they already agree."""
-    current = current or {}
-    want = {k: prune(desired.get(k)) for k in STATUS_KEYS}
-    if all(want[k] == current.get(k) for k in STATUS_KEYS):
-        return None
-    # Whole keys are replaced: merge patch replaces lists anyway, and None removes a key.
-    return {k: want[k] for k in STATUS_KEYS if want[k] != current.get(k)}
-
-
 PENDING_RETRY_SECONDS = 1.0
 # A target whose schema the API server does not serve yet (it has just restarted, a CRD is
 # being installed) is looked at again this soon, with a fresh OpenAPI index: nothing else
