@@ -4,9 +4,11 @@ on KServe's real InferenceService controller (tests/e2e/kserve_isvc.py).
 kvtier reads ServingRuntimes through a watch of its own (read-only RBAC). Here the platform
 team fixes a runtime whose script dropped the container's args: the tier, refused with
 FlagNotPassed, applies without anyone touching the tier or the service, and the pod KServe
-builds from the fixed runtime runs vLLM with kvtier's flag. So that nothing but the watch can
-wake the tier, the operator for this module runs with its default periodic resync (300 s)
-instead of the tests' 5 s; the stack's own operator is started again afterwards.
+builds from the fixed runtime runs vLLM with kvtier's flag. So that no periodic pass can
+wake the tier, the operator for this module runs with its default resync (300 s) instead of
+the tests' 5 s (the stack's own operator is started again afterwards): what wakes it is the
+runtime's watch event, or KServe's own update of the service, read with the runtime as the
+watch last delivered it. Without the watch kvtier knows no runtime at all (RuntimeNotFound).
 """
 
 from __future__ import annotations
