@@ -21,10 +21,15 @@ API:
     pod_of_template(api, ns, name, template) -> Pod: a predictor pod kube-controller-manager
         created from that pod template of KServe's (waited for; it exists once admitted);
     plain(api, obj) -> dict: a typed client object as the API server's JSON;
-    vllm_argv(container, pod=None) -> list[str]: the container's command and args run by bash
-        with its literal env (and the pod's fieldRef values) and stub `vllm`, `python`,
-        `python3` first on PATH (and `ray`, playing a Ray cluster of PIPELINE_PARALLEL_SIZE
-        nodes that is up); the argv they got, starting with the program's name.
+    vllm_argv(container, pod=None) -> list[str]: the container's command and args as the
+        kubelet starts them ($(VAR) references expanded from the container's env, which has
+        its literal values and the pod's fieldRef values) with stub `vllm`, `python`,
+        `python3` first on PATH (python playing `-m vllm.entrypoints.openai.api_server`,
+        `-m huggingfaceserver` and the Hugging Face server's health check; `ray`, a Ray
+        cluster of PIPELINE_PARALLEL_SIZE nodes that is up; `getent`, a worker Service of
+        PIPELINE_PARALLEL_SIZE - 1 pods with this one first); the argv vLLM's parser got,
+        starting with the program's name;
+    kubelet_expand(text, env) -> str: the kubelet's $(VAR) expansion of one word.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -49,6 +55,10 @@ GROUP, VERSION = "serving.kserve.io", "v1beta1"
 ISVC_LABEL = "serving.kserve.io/inferenceservice"  # KServe's InferenceServicePodLabelKey
 CONTAINER = "kserve-container"  # KServe's InferenceServiceContainerName
 API_SERVER = "vllm.entrypoints.openai.api_server"
+# KServe's Hugging Face server (kserve-huggingfaceserver-multinode): it hands its argv to
+# vLLM's own argument parser (its vLLM backend), so its argv is the one vLLM reads.
+HF_SERVER = "huggingfaceserver"
+HF_HEALTH_CHECK = "./huggingfaceserver/health_check.py"
 
 
 @dataclass
@@ -136,24 +146,56 @@ def container(spec: dict[str, Any], name: str) -> dict[str, Any]:
 STUB = """\
 import json, os, sys
 name = os.path.basename(sys.argv[0])
+pipeline = int(os.environ.get("PIPELINE_PARALLEL_SIZE", "1"))
 if name == "ray":  # a Ray cluster already up, of PIPELINE_PARALLEL_SIZE nodes
     if sys.argv[1:2] == ["status"]:
-        for i in range(int(os.environ.get("PIPELINE_PARALLEL_SIZE", "1"))):
+        for i in range(pipeline):
             print(f" 1 node_{{i}}")
     sys.exit(0)
-if name.startswith("python") and sys.argv[1:3] != ["-m", "{api}"]:
-    sys.exit(f"stub {{name}}: only -m {api} is played")
+if name == "getent":  # the worker Service: this pod first, then the pipeline's other workers
+    others = [f"10.255.0.{{i}}" for i in range(1, pipeline - 1)]
+    for ip in [os.environ["POD_IP"], *others]:
+        print(f"{{ip}} {{sys.argv[2]}}")
+    sys.exit(0)
+if name.startswith("python") and sys.argv[1:2] == ["{health}"]:
+    sys.exit(0)  # the Ray cluster's nodes registered
+if name.startswith("python") and sys.argv[1:3] not in (["-m", "{api}"], ["-m", "{hf}"]):
+    sys.exit(f"stub {{name}}: only -m {api} and -m {hf} are played")
 open(os.environ["STUB_ARGV"], "w").write(json.dumps([name, *sys.argv[1:]]))
 """
 
 
+def kubelet_expand(text: str, env: Mapping[str, str]) -> str:
+    """The kubelet's expansion of a command or args word (or an env value): `$(NAME)` of a
+    defined variable is its value, of an undefined one stays as written, `$$` is `$`
+    (Kubernetes' third_party/forked/golang/expansion.Expand, with MappingFuncFor)."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if text[i] != "$" or i + 1 == len(text):
+            out.append(text[i])
+            i += 1
+            continue
+        nxt = text[i + 1]
+        close = text.find(")", i + 2) if nxt == "(" else -1
+        if nxt == "$":
+            out.append("$")
+        elif close >= 0:
+            name = text[i + 2 : close]
+            out.append(env.get(name, f"$({name})"))
+            i = close + 1
+            continue
+        else:  # `$x`, or a `$(` never closed: as written
+            out.append(text[i : i + 2])
+        i += 2
+    return "".join(out)
+
+
 def vllm_argv(ctr: dict[str, Any], pod: dict[str, Any] | None = None) -> list[str]:
     """The words vLLM gets from the container's command and args, run as the kubelet starts
-    them (no $(VAR) expansion: a container using one is refused), with its literal env, the
-    pod's name, namespace and IP for fieldRef env, and the stubs first on PATH."""
-    words = [*(ctr.get("command") or []), *(ctr.get("args") or [])]
-    defined = {e["name"] for e in ctr.get("env") or []}
-    assert not any(f"$({n})" in w for w in words for n in defined), words
+    them: env values in order (each expanded with the ones before it; fieldRef ones from the
+    pod's name, namespace and IP), then command and args expanded with the whole env; the
+    stubs first on PATH."""
     fields = {}
     if pod is not None:
         fields = {
@@ -161,18 +203,24 @@ def vllm_argv(ctr: dict[str, Any], pod: dict[str, Any] | None = None) -> list[st
             "metadata.namespace": pod["metadata"]["namespace"],
             "status.podIP": pod.get("status", {}).get("podIP", ""),
         }
+    env: dict[str, str] = {}
+    for e in ctr.get("env") or []:
+        if "value" in e:
+            env[e["name"]] = kubelet_expand(e["value"], env)
+        elif (ref := e.get("valueFrom", {}).get("fieldRef")) and ref["fieldPath"] in fields:
+            env[e["name"]] = fields[ref["fieldPath"]]
+    words = [
+        kubelet_expand(w, env) for w in [*(ctr.get("command") or []), *(ctr.get("args") or [])]
+    ]
     with tempfile.TemporaryDirectory(prefix="kserve-isvc-vllm-") as tmp:
-        for name in ("vllm", "python", "python3", "ray"):
+        for name in ("vllm", "python", "python3", "ray", "getent"):
             stub = Path(tmp) / name
-            stub.write_text(f"#!{sys.executable}\n" + STUB.format(api=API_SERVER))
+            stub.write_text(
+                f"#!{sys.executable}\n"
+                + STUB.format(api=API_SERVER, hf=HF_SERVER, health=HF_HEALTH_CHECK)
+            )
             stub.chmod(0o755)
         argv_file = Path(tmp) / "argv.json"
-        env = {}
-        for e in ctr.get("env") or []:
-            if "value" in e:
-                env[e["name"]] = e["value"]
-            elif (ref := e.get("valueFrom", {}).get("fieldRef")) and ref["fieldPath"] in fields:
-                env[e["name"]] = fields[ref["fieldPath"]]
         env |= {"PATH": f"{tmp}:/usr/local/bin:/usr/bin:/bin", "STUB_ARGV": str(argv_file)}
         # With env given, subprocess looks the program up on env's PATH: the stubs first.
         proc = subprocess.run(words, env=env, cwd=tmp, capture_output=True, text=True, check=False)
