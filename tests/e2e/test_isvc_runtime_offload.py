@@ -644,17 +644,6 @@ def _assert_pod_sized(
     return ctr
 
 
-# A kvtier defect (targets/inference_service.py, _worker_spec): the worker container kvtier
-# creates in spec.predictor.workerSpec is recorded as its own (createdContainer) on the first
-# apply only; the next render finds it in the service, records it as the user's, and the
-# take-back then strips kvtier's fields from it instead of removing it, leaving
-# {"name": "worker-container", "resources": {}} in the user's service.
-LEFT_WORKER_CONTAINER = (
-    "kvtier's take-back leaves the worker container it created in "
-    "spec.predictor.workerSpec.containers (createdContainer is not kept by later renders)"
-)
-
-
 def _take_back(
     stack: KServeISVCStack,
     ns: str,
@@ -680,12 +669,7 @@ def _take_back(
             )
     service = get_isvc(stack.api, ns, name)
     assert service["metadata"].get("annotations") == user["metadata"].get("annotations")
-    left = copy.deepcopy(service["spec"])
-    worker_spec = left["predictor"]["workerSpec"]
-    if worker_spec.get("containers") == [{"name": WORKER, "resources": {}}]:
-        del worker_spec["containers"]
-        assert left == user["spec"]  # all else is the user's
-        pytest.xfail(LEFT_WORKER_CONTAINER)
+    # The worker container kvtier made goes whole (targets/inference_service.py).
     assert service["spec"] == user["spec"]
 
 
@@ -701,8 +685,8 @@ def test_a_multi_node_service_gets_the_tier_on_head_and_worker(
     one; memory request and limit the service's plus the role's podMemoryBytes, as kvtier
     recorded them; the disk mount; the user's env, GPUs and volumes kept. Once settled, 0 kvtier
     writes over two of its periodic passes; after the tier's deletion both templates are the
-    ones KServe built before the tier, and the service is the user's (xfail while kvtier leaves
-    its worker container there: LEFT_WORKER_CONTAINER)."""
+    ones KServe built before the tier, and the service is the user's, without the worker
+    container kvtier made."""
     stack = kserve_isvc_stack
     ns = plain_namespace(stack.api, "isvc-multi")
     apply_runtime(stack.api, ns, runtime_fixture("vllm-multinode-runtime-mp"))
@@ -787,8 +771,8 @@ def test_kserves_huggingface_multi_node_runtime_carries_the_tier(
     runtime's 3Gi one, memory request and limit the service's plus the role's podMemoryBytes,
     and the disk mount; the worker's args stay the runtime's. Once settled, 0 kvtier writes over
     two of its periodic passes; after the tier's deletion both templates are the ones KServe
-    built before the tier, and the service is the user's (xfail while kvtier leaves its worker
-    container there: LEFT_WORKER_CONTAINER)."""
+    built before the tier, and the service is the user's, without the worker container
+    kvtier made."""
     stack = kserve_isvc_stack
     ns = plain_namespace(stack.api, "isvc-hf")
     name = "hf"

@@ -478,3 +478,23 @@ def test_a_script_that_evaluates_vllm_additional_args_into_vllms_line(
     container = {"command": ["bash", "-c", script], "args": []}
     assert drops_args(container)
     assert env_args(container, "VLLM_ADDITIONAL_ARGS") is reads
+
+
+def test_a_worker_container_kvtier_made_stays_kvtiers_and_goes_back_whole() -> None:
+    """A multi-node service with no worker container of its own: kvtier makes one for its
+    fields. On the next render it is in the service but still not the user's: the record
+    keeps saying so, nothing more is written, and the take-back removes it whole."""
+    worker = vllm_container(name="worker-container")
+    rt = runtime("multi", workerSpec={"containers": [worker]}, volumes=[SHM_VOLUME])
+    obj = isvc()
+    obj["spec"]["predictor"]["workerSpec"] = {"pipelineParallelSize": 2}
+    writes = INFERENCE_SERVICE.writes(obj, _offload(), None, [rt])
+    assert not isinstance(writes, Conflict)
+    after = _applied_to(obj, writes)
+    made = after["spec"]["predictor"]["workerSpec"]["containers"]
+    assert [c["name"] for c in made] == ["worker-container"]
+    again = INFERENCE_SERVICE.writes(after, _offload(), None, [rt])
+    assert not isinstance(again, Conflict)
+    assert _applied_to(after, again) == after  # a second render changes nothing
+    undone = _patched(after, unapply_writes(after))
+    assert "containers" not in undone["spec"]["predictor"]["workerSpec"], undone

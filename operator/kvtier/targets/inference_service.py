@@ -384,8 +384,10 @@ def _worker_spec(
         if whole is not None:
             spec[key] = whole
     record = dict(parts.record)
-    if not pod.container:
-        record["createdContainer"] = True  # the take-back removes it whole
+    # A worker container kvtier made stays kvtier's on later renders (it is in the service
+    # now, but not the user's): the take-back removes it whole.
+    if not pod.container or record_at(applied(target), WORKER_TEMPLATE).get("createdContainer"):
+        record["createdContainer"] = True
     return spec, record
 
 
