@@ -310,14 +310,11 @@ def test_a_red_hat_runtime_names_its_vllm_release(kserve_isvc_stack: KServeISVCS
     _becomes(lambda: template(stack, ns, name), before, "KServe's template of the user's service")
 
 
-def test_a_runtime_that_drops_the_args_gets_no_write(kserve_isvc_stack: KServeISVCStack) -> None:
-    """A runtime whose bash script execs vLLM with its own flags: KServe's pod would run vLLM
-    without the service's args, so kvtier writes nothing and Applied=False FlagNotPassed
-    names the runtime; the service and KServe's pod stay the user's."""
-    stack = kserve_isvc_stack
-    ns = plain_namespace(stack.api, "isvc-drop")
+def args_dropping_runtime(name: str) -> dict[str, Any]:
+    """OpenShift AI's vllm-cuda-runtime with a bash script that execs vLLM with its own flags
+    and never passes the container's args on."""
     runtime = runtime_fixture("vllm-cuda-runtime")
-    runtime["metadata"]["name"] = "vllm-script"
+    runtime["metadata"]["name"] = name
     [ctr] = runtime["spec"]["containers"]
     ctr["command"] = [
         "bash",
@@ -325,7 +322,16 @@ def test_a_runtime_that_drops_the_args_gets_no_write(kserve_isvc_stack: KServeIS
         "exec python -m vllm.entrypoints.openai.api_server --port=8080 --model=/mnt/models",
     ]
     ctr["args"] = []
-    apply_runtime(stack.api, ns, runtime)
+    return runtime
+
+
+def test_a_runtime_that_drops_the_args_gets_no_write(kserve_isvc_stack: KServeISVCStack) -> None:
+    """A runtime whose bash script execs vLLM with its own flags: KServe's pod would run vLLM
+    without the service's args, so kvtier writes nothing and Applied=False FlagNotPassed
+    names the runtime; the service and KServe's pod stay the user's."""
+    stack = kserve_isvc_stack
+    ns = plain_namespace(stack.api, "isvc-drop")
+    apply_runtime(stack.api, ns, args_dropping_runtime("vllm-script"))
     name = "scripted"
     create_isvc(stack.api, ns, isvc(name, runtime="vllm-script"))
     before = template(stack, ns, name)

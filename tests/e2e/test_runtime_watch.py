@@ -13,7 +13,6 @@ watch last delivered it. Without the watch kvtier knows no runtime at all (Runti
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Iterator
 from typing import Any, cast
@@ -36,6 +35,7 @@ from tests.e2e.operator_process import OperatorProcess
 from tests.e2e.test_isvc_runtime_offload import (
     CONTAINER,
     KV_FLAG,
+    args_dropping_runtime,
     isvc,
     settled_template,
     tier_spec,
@@ -72,16 +72,7 @@ def test_fixing_a_runtime_wakes_its_tier_and_the_flag_reaches_vllm(
     stack = kserve_isvc_stack
     ns = plain_namespace(stack.api, "runtime-watch")
     fixed = runtime_fixture("vllm-cuda-runtime")
-    fixed["metadata"]["name"] = "vllm-runtime"
-    dropping = copy.deepcopy(fixed)
-    [ctr] = dropping["spec"]["containers"]
-    ctr["command"] = [
-        "bash",
-        "-c",
-        "exec python -m vllm.entrypoints.openai.api_server --port=8080 --model=/mnt/models",
-    ]
-    ctr["args"] = []
-    apply_runtime(stack.api, ns, dropping)
+    apply_runtime(stack.api, ns, args_dropping_runtime("vllm-runtime"))
     name = "served"
     create_isvc(stack.api, ns, isvc(name, runtime="vllm-runtime"))
     user_spec = get_isvc(stack.api, ns, name)["spec"]
