@@ -99,6 +99,21 @@ def test_decide_reports_tier_effective_without_touching_ready() -> None:
     assert c["Ready"]["status"] == conds(decide(facts(tier())).status)["Ready"]["status"]
 
 
+def test_metrics_still_awaited_are_no_warning_event() -> None:
+    """A new tier's TierEffective=Unknown AwaitingMetrics is not a problem: no Event of its
+    own (Ready has one), and once metrics say something, that change is a Warning or not by
+    what it says."""
+    new = decide(facts(tier(), policy=METRICS_POLICY))
+    assert "AwaitingMetrics" not in {e.reason for e in new.events}
+    t = tier()
+    t["status"] = new.status
+    slow = Observation(EffectiveState("False", "NoHits", "no hits"), {"externalHitRatio": 0.0})
+    later = decide(facts(t, policy=METRICS_POLICY, observation=slow))
+    assert [(e.type, e.reason) for e in later.events if e.reason == "NoHits"] == [
+        ("Warning", "NoHits")
+    ]
+
+
 def test_without_a_metrics_source_there_is_no_tier_effective() -> None:
     obs = Observation(EffectiveState("True", "ServesHits", ""), {"externalHitRatio": 0.5})
     decision = decide(facts(tier(), observation=obs))

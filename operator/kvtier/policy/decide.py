@@ -19,7 +19,7 @@ from kvtier.policy.claims import claimed_by
 from kvtier.policy.compliance import nvme_pool_missing, policy_verdict
 from kvtier.policy.conditions import FALSE, TRUE, Verdict, flipped, merge_conditions
 from kvtier.policy.contract import Decision, Facts, meta
-from kvtier.policy.events import Event, newsworthy
+from kvtier.policy.events import Event, event_type, newsworthy
 from kvtier.policy.kv_cache_dtype import kv_cache_dtype_flag, users_flags
 from kvtier.policy.observed_health import disk_pressure, set_used_bytes, tier_effective
 from kvtier.policy.parse_cache import parse
@@ -142,7 +142,7 @@ def decide(facts: Facts) -> Decision:
         verdicts.append(pressure[0])
     status["conditions"] = merge_conditions(previous, verdicts, generation, facts.now)
     decision.events = [
-        Event("Normal" if v.ok else "Warning", v.reason, v.message)
+        Event(event_type(v), v.reason, v.message)
         for v in verdicts
         if flipped(previous, v) and newsworthy(previous, v)
     ]

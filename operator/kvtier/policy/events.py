@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvtier.api.tier import ConditionType
-from kvtier.policy.conditions import Verdict
+from kvtier.policy.conditions import UNKNOWN, Verdict
 from kvtier.render import DesiredWrite
 
 READY_APPLIED = "Applied"  # Ready's reason in Apply mode, and the reason of a writes Event
@@ -46,6 +46,12 @@ def announce(events: Sequence[Event], written: Sequence[DesiredWrite]) -> list[E
 
 def newsworthy(previous: Sequence[Mapping[str, Any]], v: Verdict) -> bool:
     """Events tell a person what changed, not every first fact: a new tier gets one for its
-    Ready state plus one per problem; a later change of any condition gets its own."""
+    Ready state plus one per problem (a state not known yet, such as metrics still awaited,
+    is none); a later change of any condition gets its own."""
     seen = any(c.get("type") == v.type for c in previous)
-    return seen or not v.ok or v.type == ConditionType.READY
+    return seen or v.type == ConditionType.READY or (not v.ok and v.status != UNKNOWN)
+
+
+def event_type(v: Verdict) -> str:
+    """Warning for a problem; a condition that is fine, or not known yet, is Normal."""
+    return "Normal" if v.ok or v.status == UNKNOWN else "Warning"
