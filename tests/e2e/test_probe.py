@@ -209,7 +209,18 @@ def test_probe_job_measures_and_gates(
     )
 
     finish_pod(admin_api, ns, job, 0, json.dumps(real_probe, separators=(",", ":")))
-    tier = wait_condition(admin_api, ns, "fast", "Probed", "True", "Measured", timeout=60)
+    wait_condition(admin_api, ns, "fast", "Probed", "True", "Measured", timeout=60)
+    # The reconcile that collects the probe records it; sizing takes it in on the next one
+    # (the Job's removal wakes it), so the crossover appears a reconcile later.
+    tier = eventually(
+        lambda: (
+            (t := get_tier(admin_api, ns, "fast"))
+            and any("crossoverTokens" in x for x in t["status"]["tiers"] if x["name"] == "cephfs")
+            and t
+        ),
+        timeout=60,
+        what="the crossover from the probe",
+    )
     cephfs = next(t for t in tier["status"]["tiers"] if t["name"] == "cephfs")
     probe = cephfs["probe"]
     assert probe["p99Seconds"] == real_probe["p99Seconds"]
