@@ -146,11 +146,19 @@ class SimConfig:
     max_batched_tokens: int = 8192  # vLLM 0.24 default on ≥70 GB GPUs (OpenAI server)
     max_num_seqs: int = 256
     prefill_tokens_per_second: float | None = None  # None: from FLOPs
+    # The prompt length the prefill rate was measured at, from an empty cache (llm-d's
+    # calibrate.sh: CHUNK_SIZE / median TTFT); its attention is taken out of the rate so the
+    # linear layers and the attention each keep their own cost. None: the linear layers' rate.
+    prefill_reference_tokens: int | None = None
     decode_tokens_per_second: float | None = None  # one sequence; None: from HBM bandwidth
     replicas: int = 1
     routing: str = "random"
     router_weights: tuple[float, float, float] = DEFAULT_ROUTER_WEIGHTS  # queue, KV, prefix
     lru_capacity_per_server: int = DEFAULT_LRU_CAPACITY_PER_SERVER  # router index, in blocks
+    # llm-d's tiered routing: a second prefix scorer for what the CPU tiers hold, weighed
+    # beside the others when the scenario has a CPU tier (0: none), with its own index.
+    cpu_prefix_weight: float = 0.0
+    cpu_lru_capacity_per_server: int = 41_000
     restore_policy: str = "always"
     offload_prompt_only: bool = True  # the OffloadingConnector's default: outputs stay on GPU
     node_memory_bytes: int | None = 2 * TiB  # DGX H100 system memory
@@ -170,6 +178,9 @@ class SimConfig:
         _positive("maxBatchedTokens", self.max_batched_tokens)
         _positive("maxNumSeqs", self.max_num_seqs)
         _positive("lruCapacityPerServer", self.lru_capacity_per_server)
+        _positive("cpuLruCapacityPerServer", self.cpu_lru_capacity_per_server)
+        if not (math.isfinite(self.cpu_prefix_weight) and self.cpu_prefix_weight >= 0):
+            raise SizingError("cpuPrefixWeight", "must be zero or more")
         if self.active_parameters is not None:
             _positive("activeParameters", self.active_parameters)
             if self.active_parameters > self.parameters:
@@ -196,6 +207,10 @@ class SimConfig:
             )
         if self.query_heads is not None:
             _positive("queryHeads", self.query_heads)
+        if self.prefill_reference_tokens is not None:
+            _positive("prefillReferenceTokens", self.prefill_reference_tokens)
+            if self.prefill_tokens_per_second is None:
+                raise SizingError("prefillReferenceTokens", "needs a measured prefill rate")
         for name, rate in (
             ("prefillTokensPerSecond", self.prefill_tokens_per_second),
             ("decodeTokensPerSecond", self.decode_tokens_per_second),
@@ -262,10 +277,25 @@ def llmd_gpt_oss_config(**overrides: object) -> SimConfig:
         "replicas": 16,
         "routing": "prefix",
         "router_weights": (2.0, 2.0, 1.0),  # the guide's queue 2, KV 2, GPU prefix 1
+        "cpu_prefix_weight": 1.0,  # and CPU prefix 1, its index 41,000 blocks per server
         "cpu_bytes": 100 * GiB,  # cpu_bytes_to_use 107374182400
         "disk": None,
-        "workload": SharedPrefix(stages=Stages(LLMD_RATES, 60.0)),
-        "duration_seconds": 60.0 * len(LLMD_RATES) + 300.0,  # the sweep, then a drain
+        # inference-perf's shared_prefix data and stages: the shuffled list of prompts from
+        # its start every stage, rate × 60 s requests, all answered, then the profile's
+        # `interval` of 60 s before the next stage.
+        # The harness decodes 16,000 + 256 random token ids to text and the server tokenizes
+        # that text again, ~3 % longer: the benchmark counted 16,755 input tokens a request.
+        "workload": SharedPrefix(
+            prefix_tokens=16_491,
+            question_tokens=264,
+            stages=Stages(LLMD_RATES, 60.0, pause_seconds=60.0),
+            order="list",
+        ),
+        # llm-d's calibration of this model on one H100 (vLLM, --max-num-batched-tokens 8192):
+        # 39,065 tokens/s for an 8,192-token prompt from an empty cache.
+        "prefill_tokens_per_second": 39_065.0,
+        "prefill_reference_tokens": 8192,
+        "duration_seconds": 3600.0,  # a bound: the sweep ends once its last stage is answered
         "warmup_seconds": 0.0,
         "scenarios": ("none", "cpu"),
     }

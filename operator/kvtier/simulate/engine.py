@@ -40,6 +40,7 @@ from kvtier.simulate.workload import (
     Segment,
     SharedPrefix,
     Trace,
+    harness_arrivals,
     poisson_arrivals,
 )
 from kvtier.sizing.tiers import bandwidth_restore_seconds
@@ -65,6 +66,7 @@ class Request:
     epoch: int = 0  # bumped on preemption: stale decode-heap entries are skipped
     restoring: bool = False
     hits: tuple[int, int, int] = (0, 0, 0)  # first schedule: tokens from GPU, CPU, disk
+    scheduled: bool = False
     # vLLM's counters, summed over every schedule of the request (a preempted one counts again).
     queries: int = 0
     gpu_hits: int = 0
@@ -73,6 +75,8 @@ class Request:
     preemptions: int = 0
     first_token: float = -1.0
     finished: float = -1.0
+    stage: int = -1  # the open-loop stage that sent it (waiting stages only)
+    gpu_segments: tuple[Segment, ...] = ()  # this schedule's blocks as held on the GPU
 
     @property
     def prompt(self) -> int:
@@ -93,6 +97,8 @@ class Stats:
     warmup: float
     requests: list[Request] = field(default_factory=list)
     preemptions: int = 0
+    stage_starts: list[float] = field(default_factory=list)  # waiting stages: when each began
+    end: float | None = None  # when a sweep of waiting stages had all its requests answered
 
     def record(self, request: Request) -> None:
         if request.arrival >= self.warmup:
@@ -193,6 +199,8 @@ class Replica:
         self.decoding: list[tuple[int, int, int, Request]] = []  # heap: (last step, order, …)
         self.decoders = 0
         self.decode_context = 0  # KV tokens every decode step reads
+        self.window = derived.window_tokens  # a sliding-window page at a prefix's end (0: none)
+        self.copies = 0
         self.steps = 0
         self.order = 0
         self.wake = env.event()
@@ -218,13 +226,15 @@ class Replica:
         while self.waiting and len(self.running) < self.max_seqs:
             request = self.waiting[0]
             segments = request.schedule_segments()
-            gpu, need = self._gpu_hit_and_need(segments)
+            held = self._gpu_segments(segments)
+            gpu, need = self._gpu_hit_and_need(held)
             if self._reserved_now() + need + self.decoders > self.capacity:
                 # First come, first served: the head waits for room, keeping the decoders'
                 # next tokens free (else a preempted request would come straight back).
                 return
             self.waiting.popleft()
-            self._pin(segments)
+            request.gpu_segments = held
+            self._pin(held)
             self.reserved += need
             self.lru.shrink(self.capacity - self._reserved_now())
             self.running.append(request)
@@ -234,17 +244,18 @@ class Replica:
             gpu = min(gpu, top)
             cpu = disk = 0
             if self.cpu is not None:
-                cpu = max(0, min(chain_hit(self.cpu, segments), top) - gpu)
+                cpu = max(0, min(self._tier_hit(self.cpu, segments), top) - gpu)
             read_by = self.env.now
             if self.disk is not None:
-                disk = max(0, min(chain_hit(self.disk.cache, segments), top) - gpu - cpu)
+                disk = max(0, min(self._tier_hit(self.disk.cache, segments), top) - gpu - cpu)
                 if disk:
                     read_by = self.disk.done_at(self.env.now, disk)
                     if self.load_aware and read_by - self.env.now >= self._compute(disk, gpu + cpu):
                         disk = 0  # the queue is too long: computing the part is sooner
                     else:
                         self.disk.free_at = read_by - self.disk.p99
-            if not request.queries:
+            if not request.scheduled:
+                request.scheduled = True
                 request.hits = (gpu, cpu, disk)
             request.queries += prompt
             request.gpu_hits += gpu
@@ -269,7 +280,102 @@ class Replica:
                 hit += got
                 whole = got == tokens
             need += max(0, tokens - pin[1]) if pin else tokens
+        if self.window:
+            hit = self._hybrid_hit(segments, self._gpu_held, self.lru)[0]
         return hit, need
+
+    def _gpu_held(self, key: Hashable) -> int:
+        pin = self.pins.get(key)
+        return pin[1] if pin else self.lru.cached(key)
+
+    def _hybrid_hit(
+        self, segments: tuple[Segment, ...], held: Callable[[Hashable], int], pages: PrefixLRU
+    ) -> tuple[int, int]:
+        """(tokens, leading segments) of the longest prefix hit with sliding-window layers:
+        the full-attention blocks up to a point and the window's page at that point. A
+        shared segment ends inside a block, so its point is the last block boundary in it;
+        the prompt's own end is its last token."""
+        best = count = end = 0
+        last = len(segments) - 1
+        for i, (key, tokens) in enumerate(segments):
+            if held(key) < tokens - tokens % self.block:
+                break
+            end += tokens
+            if pages.cached(("window", key, tokens)):
+                best, count = (end if i == last else end - end % self.block), i + 1
+        return best, count
+
+    def _gpu_segments(self, segments: tuple[Segment, ...]) -> tuple[Segment, ...]:
+        """The blocks a schedule holds on the GPU. With sliding-window layers (vLLM's hybrid
+        KV cache), a prefix is found only with the sliding-window page at its end; a request
+        that misses it computes the prefix into blocks of its own, even while another running
+        request holds the same prefix, so those are private copies here."""
+        if not self.window:
+            return segments
+        shared = self._hybrid_hit(segments, self._gpu_held, self.lru)[1]
+        out: list[Segment] = list(segments[:shared])
+        for key, tokens in segments[shared:]:
+            if key in self.pins:
+                self.copies += 1
+                key = ("copy", key, self.copies)
+            out.append((key, tokens))
+        return tuple(out)
+
+    def _passed(self, request: Request, before: int) -> None:
+        """A prefill moved from `before` to `request.position`: the sliding-window pages at
+        the prefix points it passed are freed (and stay cached, least recent first)."""
+        end = 0
+        last = len(request.gpu_segments) - 1
+        for i, (key, tokens) in enumerate(request.gpu_segments):
+            end += tokens
+            point = end if i == last else end - end % self.block
+            if point > request.position:
+                return
+            if point >= before:
+                name = key[1] if isinstance(key, tuple) and key and key[0] == "copy" else key
+                self.lru.touch(("window", name, tokens), self.window)
+
+    def _tier_hit(self, tier: PrefixLRU, segments: tuple[Segment, ...]) -> int:
+        """Leading tokens a CPU or disk tier returns. With sliding-window layers the
+        OffloadingConnector keeps a request's sliding-window chunks only at the end of what
+        it stored (its prompt), so a stored prefix is found only up to such an end."""
+        if not self.window:
+            return chain_hit(tier, segments)
+        return self._hybrid_hit(segments, tier.cached, tier)[0]
+
+    def _tier_store(self, tier: PrefixLRU, segments: tuple[Segment, ...], tokens: int) -> None:
+        """Store the first `tokens` of a chain in a tier (and, with sliding-window layers,
+        the window's chunk where the stored part ends, if that is a segment's end)."""
+        store_chain(tier, segments, tokens)
+        if not self.window:
+            return
+        end = 0
+        for key, n in segments:
+            end += n
+            if end == tokens:
+                tier.touch(("window", key, n), self.window)
+            if end >= tokens:
+                return
+
+    def _count_blocked(self, steps: int) -> None:
+        """vLLM looks a waiting request up in its prefix cache at every engine step that tries
+        to schedule it, and counts the query (and its hits) even when its blocks do not fit."""
+        if not self.waiting or len(self.running) >= self.max_seqs:
+            return
+        request = self.waiting[0]
+        segments = request.schedule_segments()
+        gpu, _ = self._gpu_hit_and_need(self._gpu_segments_peek(segments))
+        prompt = sum(n for _, n in segments)
+        request.queries += steps * prompt
+        request.gpu_hits += steps * min(gpu, prompt - 1)
+
+    def _gpu_segments_peek(self, segments: tuple[Segment, ...]) -> tuple[Segment, ...]:
+        if not self.window:
+            return segments
+        copies = self.copies
+        held = self._gpu_segments(segments)
+        self.copies = copies
+        return held
 
     def _pin(self, segments: tuple[Segment, ...]) -> None:
         for key, tokens in segments:
@@ -310,10 +416,10 @@ class Replica:
         d = self.d
         if disk:
             assert self.disk is not None
-            store_chain(self.disk.cache, segments, request.position)
+            self._tier_store(self.disk.cache, segments, request.position)
             yield self.env.timeout(read_by - self.env.now)
         if self.cpu is not None:  # disk reads are staged through the CPU tier
-            store_chain(self.cpu, segments, request.position)
+            self._tier_store(self.cpu, segments, request.position)
         yield self.env.timeout((cpu + disk) * d.bytes_per_token / d.host_link_bytes_per_second)
         request.restoring = False
         self.start_prefill(request)
@@ -369,11 +475,16 @@ class Replica:
                 if epoch == request.epoch:
                     self.finish(request)
             for request, n in chunks:
+                before = request.position
                 request.position += n
+                if self.window:
+                    self._passed(request, before)
                 if request.position == request.prompt_now:
                     self.prefilling.remove(request)
                     self.prefilled(request)
             self.admit()
+            if budget > 0:
+                self._count_blocked(1)
 
     def _decode_run(self) -> Generator[simpy.Event, Any, bool]:
         """Decode-only steps, up to the next finish, as one event (the engine loop's cost
@@ -419,11 +530,13 @@ class Replica:
         self.decode_context += decoders * done
         self.reserved += decoders * done
         self.lru.shrink(self.capacity - self.reserved)
+        self._count_blocked(done - 1)  # the steps before the last: the same head was refused
         while self.decoding and self.decoding[0][0] <= self.steps:
             _, _, epoch, request = heapq.heappop(self.decoding)
             if epoch == request.epoch:
                 self.finish(request)
         self.admit()
+        self._count_blocked(1)
         return True
 
     def _preempt(self) -> bool:
@@ -431,7 +544,7 @@ class Replica:
         for request in reversed(self.running):
             if request.restoring:
                 continue  # its copies are under way
-            segments = request.schedule_segments()
+            segments = request.gpu_segments
             if request.decode_start >= 0:
                 made = self._made(request)
                 self._stop_decoding(request, made)
@@ -464,9 +577,9 @@ class Replica:
             request.first_token = self.env.now
         segments = request.schedule_segments()
         if self.cpu is not None:
-            store_chain(self.cpu, segments, request.prompt_now)
+            self._tier_store(self.cpu, segments, request.prompt_now)
             if self.disk is not None:
-                store_chain(self.disk.cache, segments, request.prompt_now)
+                self._tier_store(self.disk.cache, segments, request.prompt_now)
         self.reserved += 1
         request.decode_start = self.steps
         left = request.output - request.produced - 1
@@ -483,15 +596,15 @@ class Replica:
         made = self._made(request)
         if request.output - request.produced > 1:
             self._stop_decoding(request, made)
-        segments = request.schedule_segments()
         self.reserved -= made
-        self._unpin(segments, request.prompt_now, made)
+        self._unpin(request.gpu_segments, request.prompt_now, made)
+        segments = request.schedule_segments()
         if self.cpu is not None and not self.prompt_only:  # the output's blocks too
             key, tokens = segments[-1]
             with_output = (*segments[:-1], (key, tokens + made))
-            store_chain(self.cpu, with_output, request.prompt_now + made)
+            self._tier_store(self.cpu, with_output, request.prompt_now + made)
             if self.disk is not None:
-                store_chain(self.disk.cache, with_output, request.prompt_now + made)
+                self._tier_store(self.disk.cache, with_output, request.prompt_now + made)
         self.running.remove(request)
         request.produced += made
         self.stats.record(request)
@@ -527,7 +640,7 @@ def run_scenario(
         )
         for _ in range(config.replicas)
     ]
-    router = Router(config, replicas, derived.block_tokens)
+    router = Router(config, replicas, derived.block_tokens, cpu=cpu)
     w = config.workload
     if isinstance(w, Workload) and w.concurrency:
         pool: simpy.Store = simpy.Store(env)
@@ -538,18 +651,24 @@ def run_scenario(
     elif isinstance(w, Workload):
         for slot in range(w.sessions):
             env.process(_sessions(env, config, w, router, slot))
-    elif isinstance(w, SharedPrefix):
-        if w.stages is not None:
+    sweep: simpy.Process | None = None
+    if isinstance(w, SharedPrefix):
+        if w.stages is not None and w.stages.waits:
+            sweep = env.process(_harness_stages(env, config, w, router, stats))
+        elif w.stages is not None:
             env.process(_open_loop_groups(env, config, w, router))
         else:
             for client in range(w.concurrency):
                 env.process(_closed_loop_groups(env, config, w, router, client))
-    else:
+    elif not isinstance(w, Workload):
         env.process(_replay(env, w, router))
     for step in range(1, PROGRESS_STEPS + 1):
-        env.run(until=config.duration_seconds * step / PROGRESS_STEPS)
+        at = config.duration_seconds * step / PROGRESS_STEPS
+        env.run(until=at if sweep is None else env.any_of([sweep, env.timeout(at - env.now)]))
         if progress is not None:
             progress(scenario, env.now)
+        if sweep is not None and not sweep.is_alive:
+            break  # every stage sent and answered: nothing more to measure
     return stats
 
 
@@ -659,6 +778,41 @@ def _open_loop_groups(
     for at in poisson_arrivals(w.stages, rng):
         yield env.timeout(at - env.now)
         router.route(_group_request(env, w, rng))
+
+
+def _harness_stages(
+    env: simpy.Environment, config: SimConfig, w: SharedPrefix, router: Router, stats: Stats
+) -> Process:
+    """Stages as inference-perf runs them: rate × seconds requests each, then a wait for all
+    of them to finish and a pause. With the list order, every stage sends the same shuffled
+    list of prompts from its first."""
+    stages = w.stages
+    assert stages is not None and stages.pause_seconds is not None
+    rng = random.Random(f"{config.seed}/arrivals")
+    prompts = [(g, q) for g in range(w.groups) for q in range(w.questions)]
+    random.Random(f"{config.seed}/prompts").shuffle(prompts)
+    for index, rate in enumerate(stages.rates):
+        start = env.now
+        stats.stage_starts.append(start)
+        count = int(rate * stages.seconds)
+        answered: list[simpy.Event] = []
+        for sent, at in enumerate(harness_arrivals(rate, count, rng)):
+            yield env.timeout(start + at - env.now)
+            if w.order == "list":
+                group, question = prompts[sent % len(prompts)]
+                request = Request(
+                    w.segments(group, question), w.output_tokens, env.now, ("group", group)
+                )
+            else:
+                request = _group_request(env, w, rng)
+            request.stage = index
+            request.done = env.event()
+            answered.append(request.done)
+            router.route(request)
+        yield env.all_of(answered)
+        stats.end = env.now
+        if index < len(stages.rates) - 1:
+            yield env.timeout(stages.pause_seconds)
 
 
 def _closed_loop_groups(

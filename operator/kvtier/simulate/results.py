@@ -149,6 +149,8 @@ def simulate(config: SimConfig, progress: Progress | None = None) -> Simulation:
 def _summary(
     scenario: str, stats: Stats, end: float, window: float, stages: Stages | None
 ) -> dict[str, Any]:
+    if stats.end is not None:  # a sweep of waiting stages lasts until it is answered
+        end, window = stats.end, stats.end - stats.warmup
     done = [r for r in stats.requests if 0 <= r.finished <= end]
     ttfts = sorted(r.first_token - r.arrival for r in done)
     prompt = sum(r.prompt for r in done) or 1
@@ -173,18 +175,18 @@ def _summary(
             "external_prefix_cache_hits": sum(r.external_hits for r in done),
         },
         "preemptions": stats.preemptions,
-        "stages": tuple(_stages(done, stages)) if stages else (),
+        "stages": tuple(_stages(done, stages, stats.stage_starts)) if stages else (),
     }
 
 
-def _stages(done: list[Request], stages: Stages) -> Iterator[dict[str, float]]:
+def _stages(done: list[Request], stages: Stages, starts: list[float]) -> Iterator[dict[str, float]]:
     """Per stage, the requests that arrived in it: output tokens/s from the stage's start
     to the last of them finishing, and their mean TTFT (as llm-d-benchmark reports)."""
     by_stage: list[list[Request]] = [[] for _ in stages.rates]
     for r in done:
-        by_stage[stages.stage(r.arrival)].append(r)
+        by_stage[r.stage if r.stage >= 0 else stages.stage(r.arrival)].append(r)
     for index, (rate, requests) in enumerate(zip(stages.rates, by_stage, strict=True)):
-        start = index * stages.seconds
+        start = starts[index] if index < len(starts) else index * stages.seconds
         span = max((r.finished for r in requests), default=start) - start
         ttft = statistics.fmean(r.first_token - r.arrival for r in requests) if requests else 0.0
         yield {

@@ -25,10 +25,15 @@ if TYPE_CHECKING:
     from kvtier.simulate.engine import Replica, Request
 
 ROUTER_BLOCK_TOKENS = 16  # the index's block: vLLM's default block size
+# The scorer hashes at most this many leading blocks of a prompt (its maxPrefixBlocksToMatch):
+# two prompts alike in their first 4,096 tokens look the same to it.
+MAX_PREFIX_BLOCKS = 256
 
 
 class Router:
-    def __init__(self, config: SimConfig, replicas: Sequence[Replica], block_tokens: int) -> None:
+    def __init__(
+        self, config: SimConfig, replicas: Sequence[Replica], block_tokens: int, cpu: bool = False
+    ) -> None:
         self.replicas = list(replicas)
         self.policy = config.routing
         self.rng = random.Random(f"{config.seed}/router")
@@ -37,6 +42,12 @@ class Router:
         self.weights = config.router_weights
         capacity = config.lru_capacity_per_server * ROUTER_BLOCK_TOKENS
         self.index = [PrefixLRU(capacity, ROUTER_BLOCK_TOKENS) for _ in self.replicas]
+        # With a CPU tier, the tiered guide's second prefix scorer: its own index (sized for
+        # the CPU tier) of the same routed requests.
+        self.cpu_weight = config.cpu_prefix_weight if cpu else 0.0
+        cpu_capacity = config.cpu_lru_capacity_per_server * ROUTER_BLOCK_TOKENS
+        self.cpu_index = [PrefixLRU(cpu_capacity, ROUTER_BLOCK_TOKENS) for _ in self.replicas]
+        self.matched = MAX_PREFIX_BLOCKS * ROUTER_BLOCK_TOKENS
 
     def route(
         self, request: Request, random_pick: int | None = None, home: int | None = None
@@ -56,7 +67,10 @@ class Router:
                 chosen = self.homes.setdefault(request.affinity, self.rng.randrange(n))
         else:
             chosen = self._best(request)
-            store_chain(self.index[chosen], request.segments, request.prompt)
+            hashed = min(request.prompt, self.matched)
+            store_chain(self.index[chosen], request.segments, hashed)
+            if self.cpu_weight:
+                store_chain(self.cpu_index[chosen], request.segments, hashed)
         self.replicas[chosen].submit(request)
 
     def _best(self, request: Request) -> int:
@@ -65,13 +79,16 @@ class Router:
         w_queue, w_kv, w_prefix = self.weights
         queues = [len(r.waiting) for r in self.replicas]
         low, high = min(queues), max(queues)
-        prompt = request.prompt
+        hashed = min(request.prompt, self.matched)
         best: list[int] = []
         top = -1.0
         for i, replica in enumerate(self.replicas):
             queue = 1.0 if high == low else (high - queues[i]) / (high - low)
-            prefix = chain_hit(self.index[i], request.segments) / prompt
+            prefix = min(chain_hit(self.index[i], request.segments), hashed) / hashed
             score = w_queue * queue + w_kv * (1 - replica.kv_usage) + w_prefix * prefix
+            if self.cpu_weight:
+                cpu = min(chain_hit(self.cpu_index[i], request.segments), hashed) / hashed
+                score += self.cpu_weight * cpu
             if score > top + 1e-12:
                 best, top = [i], score
             elif abs(score - top) <= 1e-12:

@@ -33,6 +33,9 @@ class Derived:
     expert_share: float  # experts one token routes to ÷ experts (0: dense)
     kv_read_seconds_per_token: float  # reading one token's KV in a decode step
     host_link_bytes_per_second: float  # all GPUs of a replica
+    # Sliding-window layers under vLLM's hybrid KV cache: the window's pages at a prefix's
+    # end, in tokens of whole blocks, without which the prefix is no GPU hit (0: no such layers).
+    window_tokens: int = 0
 
     def weight_read_seconds(self, tokens: int) -> float:
         """HBM time to read the weights a step of `tokens` tokens needs: a mixture of experts
@@ -119,12 +122,21 @@ def derive(config: SimConfig) -> Derived:
     # layer attends to its window only, a constant per token.
     full_layers = geometry.attention_layers - geometry.sliding_layers
     window = (geometry.sliding_window or 0) * geometry.sliding_layers
-    prefill = (
-        1 / config.prefill_tokens_per_second
-        if config.prefill_tokens_per_second
-        else (2 * active + 4 * window * query_width) / flops
-    )
     attention = 4 * full_layers * query_width / flops
+    if config.prefill_tokens_per_second:
+        prefill = 1 / config.prefill_tokens_per_second
+        if config.prefill_reference_tokens:
+            # Measured on one prompt from an empty cache: each token attended to half of it.
+            prefill -= attention * config.prefill_reference_tokens / 2
+            if prefill <= 0:
+                raise SizingError(
+                    "prefillTokensPerSecond",
+                    f"{config.prefill_tokens_per_second:,.0f} tokens/s at "
+                    f"{config.prefill_reference_tokens:,} tokens is faster than the attention "
+                    "alone takes",
+                )
+    else:
+        prefill = (2 * active + 4 * window * query_width) / flops
     hbm = gpus * gpu.hbm_bytes_per_second * gpu.hbm_efficiency
     decode = (
         1 / config.decode_tokens_per_second if config.decode_tokens_per_second else weights / hbm
@@ -151,6 +163,9 @@ def derive(config: SimConfig) -> Derived:
         expert_share=expert_share,
         kv_read_seconds_per_token=per_token / hbm,
         host_link_bytes_per_second=gpus * gpu.host_link_bytes_per_second,
+        window_tokens=-(-geometry.sliding_window // config.block_tokens) * config.block_tokens
+        if geometry.sliding_layers and geometry.sliding_window
+        else 0,
     )
 
 

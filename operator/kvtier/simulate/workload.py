@@ -18,24 +18,45 @@ from pathlib import Path
 from kvtier.sizing import SizingError
 
 Segment = tuple[Hashable, int]
+PROMPT_ORDERS = ("uniform", "list")
 
 
 @dataclass(frozen=True)
 class Stages:
-    """Open-loop Poisson arrivals: `rates` requests/s, each held for `seconds`, in order."""
+    """Open-loop Poisson arrivals: `rates` requests/s, each held for `seconds`, in order.
+
+    With `pause_seconds` unset the stages follow each other at once and a stage's queue
+    carries into the next. Set, they run as inference-perf (llm-d-benchmark's harness) runs
+    them: a stage sends exactly rate × seconds requests, waits until every one of them has
+    finished, then pauses `pause_seconds` (its `interval`) before the next; so every stage
+    starts on idle servers and its latencies are its own.
+    """
 
     rates: tuple[float, ...]
     seconds: float = 60.0
+    pause_seconds: float | None = None
 
     def validate(self) -> None:
         if not self.rates or any(not (math.isfinite(r) and r > 0) for r in self.rates):
             raise SizingError("rate", f"must be requests/s above zero, got {self.rates}")
         if not (math.isfinite(self.seconds) and self.seconds > 0):
             raise SizingError("stageSeconds", f"must be above zero, got {self.seconds}")
+        if self.pause_seconds is not None and not (
+            math.isfinite(self.pause_seconds) and self.pause_seconds >= 0
+        ):
+            raise SizingError("stagePause", f"must be zero or more, got {self.pause_seconds}")
+        if self.waits and any(int(r * self.seconds) < 1 for r in self.rates):
+            raise SizingError("rate", "each stage must send at least one request")
+
+    @property
+    def waits(self) -> bool:
+        """Each stage waits for its requests to finish (inference-perf's stages)."""
+        return self.pause_seconds is not None
 
     @property
     def duration(self) -> float:
-        return self.seconds * len(self.rates)
+        """Seconds of arrivals; with waiting stages, the least the sweep can take."""
+        return (self.seconds + (self.pause_seconds or 0.0)) * len(self.rates)
 
     def stage(self, t: float) -> int:
         return min(int(t // self.seconds), len(self.rates) - 1)
@@ -56,6 +77,10 @@ class SharedPrefix:
     output_tokens: int = 256  # fixed, as the benchmark asks for (ignore_eos)
     stages: Stages | None = None
     concurrency: int = 0  # closed loop when stages is None
+    # uniform: every request draws its (group, question); list: inference-perf's order, the
+    # groups × questions prompts shuffled once and sent in that order, each stage from the
+    # first (so a stage repeats the previous stage's prompts in the same order).
+    order: str = "uniform"
 
     def validate(self) -> None:
         for name, value in (
@@ -67,6 +92,8 @@ class SharedPrefix:
         ):
             if value <= 0:
                 raise SizingError(name, f"must be greater than zero, got {value}")
+        if self.order not in PROMPT_ORDERS:
+            raise SizingError("order", f"use {'|'.join(PROMPT_ORDERS)}")
         if self.stages is not None:
             self.stages.validate()
         elif self.concurrency <= 0:
@@ -198,6 +225,30 @@ def _number(
                 raise SizingError("trace", f"{where}: {name} must be {rule}, got {value!r}")
             return float(value)
     raise SizingError("trace", f"{where}: needs {' or '.join(names)}")
+
+
+def harness_arrivals(rate: float, count: int, rng: random.Random) -> Iterator[float]:
+    """Offsets from a stage's start of `count` requests sent as inference-perf's Poisson
+    timer sends them: each second a Poisson number of requests (none: the second passes
+    empty), spread over that second by exponential gaps scaled to fill it."""
+    sent, second = 0, 0.0
+    while sent < count:
+        gaps: list[float] = []
+        t = rng.expovariate(rate)
+        while t < 1.0:  # a Poisson count: arrivals of a rate-`rate` process in one second
+            gaps.append(0.0)
+            t += rng.expovariate(rate)
+        if gaps:
+            gaps = [rng.expovariate(1.0) for _ in gaps]
+            scale = 1.0 / sum(gaps)
+            at = second
+            for gap in gaps:
+                at += gap * scale
+                yield at
+                sent += 1
+                if sent == count:
+                    return
+        second += 1.0
 
 
 def poisson_arrivals(stages: Stages, rng: random.Random) -> Iterator[float]:
