@@ -227,6 +227,23 @@ def test_a_staged_open_loop_sweep_reports_each_stage(capsys: pytest.CaptureFixtu
     assert "per stage" in capsys.readouterr().out
 
 
+def test_stages_as_inference_perf_runs_them(capsys: pytest.CaptureFixture[str]) -> None:
+    # rate × seconds requests a stage, each stage answered before a pause; the prefill rate
+    # as llm-d's calibration measures it (one 8,192-token prompt from an empty cache).
+    argv = [*GPT_OSS, "--replicas", "2", "--routing", "prefix", "--rate", "1,3"]
+    argv += ["--stage-seconds", "30", "--stage-pause", "10", "--groups", "20"]
+    argv += ["--prompt-order", "list", "--prefill-rate", "39065@8192"]
+    doc = _json(capsys, *argv, short=False)
+    stages = doc["scenarios"][0]["stages"]
+    assert [s["requests"] for s in stages] == [30, 90]
+    # Its attention over the 8,192 tokens taken out: the linear layers are faster.
+    assert doc["derived"]["prefillTokensPerSecond"] > 39_065
+    assert main(["simulate", *GPT_OSS, "--stage-pause", "10"]) == 2
+    assert "--rate" in capsys.readouterr().err
+    assert main(["simulate", *GPT_OSS, "--prefill-rate", "39065@x"]) == 2
+    assert "--prefill-rate" in capsys.readouterr().err
+
+
 def test_a_trace_replays_from_the_command_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

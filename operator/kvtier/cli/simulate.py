@@ -62,11 +62,14 @@ _FLAGS = {
     "questionTokens": "--question-tokens",
     "rate": "--rate",
     "stageSeconds": "--stage-seconds",
+    "stagePause": "--stage-pause",
+    "order": "--prompt-order",
+    "prefillReferenceTokens": "--prefill-rate",
     "concurrency": "--concurrency",
     "trace": "--trace",
 }
 _AGENTIC = ("sessions", "tool_tokens", "think", "system_prompt", "context")
-_SHARED = ("groups", "questions", "prefix_tokens", "question_tokens")
+_SHARED = ("groups", "questions", "prefix_tokens", "question_tokens", "prompt_order")
 
 
 def register(subparsers: Subparsers) -> None:
@@ -99,8 +102,9 @@ def register(subparsers: Subparsers) -> None:
     m.add_argument("--kv-dtype", help="auto|bfloat16|float16|fp8 (default auto)")
     m.add_argument(
         "--prefill-rate",
-        metavar="TOK/S",
-        help="prefill tokens/s at short context (default from FLOPs)",
+        metavar="TOK/S[@TOKENS]",
+        help="prefill tokens/s at short context, or @TOKENS: measured on one prompt of that "
+        "many tokens from an empty cache, as llm-d's calibrate.sh does (default from FLOPs)",
     )
     m.add_argument(
         "--decode-rate", metavar="TOK/S", help="one sequence's decode tokens/s (default from HBM)"
@@ -141,6 +145,18 @@ def register(subparsers: Subparsers) -> None:
         help="open-loop Poisson arrivals, a stage per rate (e.g. 5,10,20,40)",
     )
     s.add_argument("--stage-seconds", metavar="SECONDS", help="each rate's stage (default 60)")
+    s.add_argument(
+        "--stage-pause",
+        metavar="SECONDS",
+        help="run stages as inference-perf does: rate × seconds requests, all answered, then "
+        "this pause (its interval); default: stages back to back",
+    )
+    s.add_argument(
+        "--prompt-order",
+        choices=("uniform", "list"),
+        help="uniform: each request draws a group and question (default); list: "
+        "inference-perf's shuffled prompt list, from its start every stage",
+    )
     s.add_argument(
         "--concurrency",
         metavar="N",
@@ -384,12 +400,15 @@ def sim_config(args: argparse.Namespace, base: SimConfig | None = None) -> SimCo
     for flag, name in (
         ("params", "parameters"),
         ("weight_bytes", "weight_bytes"),
-        ("prefill_rate", "prefill_tokens_per_second"),
         ("decode_rate", "decode_tokens_per_second"),
         ("duration", "duration_seconds"),
     ):
         if getattr(args, flag) is not None:
             changes[name] = number(getattr(args, flag), _flag(flag))
+    if args.prefill_rate is not None:
+        rate, at, tokens = args.prefill_rate.partition("@")
+        changes["prefill_tokens_per_second"] = number(rate, "--prefill-rate")
+        changes["prefill_reference_tokens"] = count(tokens, "--prefill-rate") if at else None
     if args.active_params is not None:
         changes["active_parameters"] = number(args.active_params, "--active-params")
     if args.weights is not None:
@@ -473,6 +492,8 @@ def sim_config(args: argparse.Namespace, base: SimConfig | None = None) -> SimCo
         # Open loop: the run is the sweep (or the trace) and a drain; all of it is measured.
         if isinstance(workload, SharedPrefix) and workload.stages is not None:
             span = workload.stages.duration
+            if workload.stages.waits:  # each stage is answered before the next: a drain each
+                span += DRAIN_SECONDS * (len(workload.stages.rates) - 1)
         elif isinstance(workload, Trace):
             span = workload.duration
         else:
@@ -490,7 +511,9 @@ def _workload(args: argparse.Namespace, changes: dict[str, Any]) -> Workload | S
 
     agentic = [f for f in _AGENTIC if getattr(args, f) is not None]
     shared = [f for f in _SHARED if getattr(args, f) is not None]
-    open_loop = [f for f in ("rate", "stage_seconds") if getattr(args, f) is not None]
+    open_loop = [
+        f for f in ("rate", "stage_seconds", "stage_pause") if getattr(args, f) is not None
+    ]
     if args.trace is not None:
         clash = agentic + shared + open_loop
         if clash:
@@ -521,7 +544,16 @@ def _workload(args: argparse.Namespace, changes: dict[str, Any]) -> Workload | S
             if not rates:
                 raise CliError("simulate: --rate: give requests/s, or stages as 5,10,20,40")
             seconds = number(args.stage_seconds or "60", "--stage-seconds")
-            fields["stages"] = Stages(rates, seconds)
+            pause = (
+                None
+                if args.stage_pause is None
+                else number(args.stage_pause, "--stage-pause", zero=True)
+            )
+            fields["stages"] = Stages(rates, seconds, pause)
+        elif args.stage_pause is not None:
+            raise CliError("simulate: --stage-pause: stages need --rate")
+        if args.prompt_order is not None:
+            fields["order"] = args.prompt_order
         return SharedPrefix(**fields)
     base = Workload()
     workload: dict[str, Any] = {}
