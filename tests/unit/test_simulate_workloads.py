@@ -300,3 +300,29 @@ def test_agentic_concurrency_is_set_apart_from_the_sessions() -> None:
     with pytest.raises(SizingError) as err:
         derive(dataclasses.replace(config, workload=Workload(sessions=4, concurrency=5)))
     assert err.value.field == "concurrency"
+
+
+def test_a_connector_that_turns_the_hybrid_kv_cache_off_costs_sliding_layers_full_kv() -> None:
+    from kvtier.simulate import llmd_gpt_oss_config, study_config
+
+    hybrid = derive(llmd_gpt_oss_config())
+    naive = hybrid.without_hybrid()
+    assert hybrid.window_tokens == 128 and naive.window_tokens == 0
+    assert naive.bytes_per_token == 73_728  # 36 layers × 8 KV heads × 64 × 2 × 2 bytes
+    assert naive.gpu_kv_tokens < 0.55 * hybrid.gpu_kv_tokens
+    assert naive.cpu_tokens < 0.55 * hybrid.cpu_tokens
+    dense = derive(study_config())  # no sliding-window layers: nothing changes
+    assert dense.without_hybrid() is dense
+
+
+def test_waiting_stages_send_rate_times_seconds_and_start_on_idle_servers() -> None:
+    stages = Stages((2.0, 8.0), 30.0, pause_seconds=20.0)
+    config = _small(
+        dataclasses.replace(_groups(), stages=stages, order="list"),
+        replicas=1,
+        scenarios=("none",),
+        duration_seconds=3600.0,
+    )
+    result = simulate(config).results[0]
+    assert [s["requests"] for s in result.stages] == [60, 240]
+    assert result.requests == 300  # the run ends once the last stage is answered

@@ -161,6 +161,11 @@ class SimConfig:
     cpu_lru_capacity_per_server: int = 41_000
     restore_policy: str = "always"
     offload_prompt_only: bool = True  # the OffloadingConnector's default: outputs stay on GPU
+    # Whether vLLM keeps its hybrid KV cache manager on with the offloading connector (vLLM
+    # 0.21 and later by default); False: the connector turns it off, as every vLLM release
+    # before the OffloadingConnector supported it did (docs/simulator.md). Only models with
+    # sliding-window layers differ.
+    connector_hybrid_kv: bool = True
     node_memory_bytes: int | None = 2 * TiB  # DGX H100 system memory
     cpu_bytes: int | None = None  # None: kvtier's auto CPU tier for the node
     disk: DiskTier | None = STUDY_NVME

@@ -624,6 +624,8 @@ def run_scenario(
     env = simpy.Environment()
     stats = Stats(config.warmup_seconds)
     cpu = scenario != "none"
+    if cpu and not config.connector_hybrid_kv:
+        derived = derived.without_hybrid()
     shared_disk: DiskTierModel | None = None
     if scenario == "cpu+disk" and config.disk is not None and config.disk.shared:
         shared_disk = DiskTierModel(derived.disk_tokens, config, derived)

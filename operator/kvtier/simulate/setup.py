@@ -7,6 +7,7 @@ operator compute them; this module adds only the compute model of the GPUs.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from kvtier.simulate.config import SimConfig, Workload
@@ -36,6 +37,31 @@ class Derived:
     # Sliding-window layers under vLLM's hybrid KV cache: the window's pages at a prefix's
     # end, in tokens of whole blocks, without which the prefix is no GPU hit (0: no such layers).
     window_tokens: int = 0
+    # Bytes of the GPU's KV cache left for blocks (all GPUs), and the disk tier's bytes.
+    kv_cache_bytes: float = 0.0
+    disk_bytes: int | None = None
+
+    def without_hybrid(self) -> Derived:
+        """The same server when a KV connector turns vLLM's hybrid KV cache manager off (as
+        vLLM did for any --kv-transfer-config before its OffloadingConnector supported the
+        manager): sliding-window layers keep every token's KV like full attention, so a
+        token takes the naive per-token bytes in HBM and in the tiers, and a prefix needs no
+        window page to be found. Compute and decode reads are unchanged (the kernels still
+        attend to the window only)."""
+        if not self.window_tokens:
+            return self
+        naive = self.sizing.sizing.bytes_per_token
+        block = self.block_tokens
+        return dataclasses.replace(
+            self,
+            bytes_per_token=naive,
+            gpu_kv_tokens=_whole_blocks(self.kv_cache_bytes / naive, block),
+            cpu_tokens=_whole_blocks(self.sizing.sizing.cpu_bytes_to_use / naive, block),
+            disk_tokens=0
+            if self.disk_bytes is None
+            else _whole_blocks(self.disk_bytes / naive, block),
+            window_tokens=0,
+        )
 
     def weight_read_seconds(self, tokens: int) -> float:
         """HBM time to read the weights a step of `tokens` tokens needs: a mixture of experts
@@ -166,6 +192,8 @@ def derive(config: SimConfig) -> Derived:
         window_tokens=-(-geometry.sliding_window // config.block_tokens) * config.block_tokens
         if geometry.sliding_layers and geometry.sliding_window
         else 0,
+        kv_cache_bytes=usable - weights,
+        disk_bytes=disk_bytes,
     )
 
 
