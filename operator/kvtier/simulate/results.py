@@ -70,6 +70,9 @@ class Simulation:
             "routing": c.routing,
             "routerWeights": list(c.router_weights),
             "lruCapacityPerServer": c.lru_capacity_per_server,
+            "cpuPrefixWeight": c.cpu_prefix_weight,
+            "connectorHybridKV": c.connector_hybrid_kv,
+            "prefillReferenceTokens": c.prefill_reference_tokens,
             "offloadPromptOnly": c.offload_prompt_only,
             "restorePolicy": c.restore_policy,
             "disk": None
@@ -111,6 +114,8 @@ def workload_dict(w: Workload | SharedPrefix | Trace) -> dict[str, Any]:
             "outputTokens": w.output_tokens,
             "rates": list(w.stages.rates) if w.stages else None,
             "stageSeconds": w.stages.seconds if w.stages else None,
+            "stagePauseSeconds": w.stages.pause_seconds if w.stages else None,
+            "order": w.order,
             "concurrency": w.concurrency or None,
         }
     return {"shape": "trace", "source": w.source, "requests": len(w.requests)}
