@@ -161,9 +161,9 @@ class SimConfig:
     cpu_lru_capacity_per_server: int = 41_000
     restore_policy: str = "always"
     offload_prompt_only: bool = True  # the OffloadingConnector's default: outputs stay on GPU
-    # Whether vLLM keeps its hybrid KV cache manager on with the offloading connector (vLLM
-    # 0.21 and later by default); False: the connector turns it off, as every vLLM release
-    # before the OffloadingConnector supported it did (docs/simulator.md). Only models with
+    # Whether vLLM keeps its hybrid KV cache manager on with the offloading connector (the
+    # default since the connector supports it, vLLM 0.21-0.22); False: it is turned off, as
+    # any --kv-transfer-config did before (docs/simulator.md). Only models with
     # sliding-window layers differ.
     connector_hybrid_kv: bool = True
     node_memory_bytes: int | None = 2 * TiB  # DGX H100 system memory
