@@ -9,6 +9,10 @@ export GOTOOLCHAIN := local
 MAKEFLAGS += --jobs=$(or $(KVTIER_JOBS),3)
 # Each phase's wall and CPU time, when KVTIER_PHASE_LOG names a file (bench/first_hour.py).
 PHASE  := hack/phase
+# Test modules run side by side on this many workers, each with control planes of its own:
+# most of an e2e module's time is waiting on them (tests/conftest.py groups the modules).
+TEST_WORKERS ?= $(or $(KVTIER_TEST_WORKERS),3)
+PARALLEL := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 .PHONY: all venv deps cluster-bin cluster-bin-demo validators prometheus upstream-crds kserve lws rook epp-oracle lint generate check-generated render-manifests \
 	check-manifests unit e2e test demo bench clean
@@ -91,10 +95,10 @@ unit: venv
 	$(BIN)/pytest -m "not e2e"
 
 e2e: venv cluster-bin validators prometheus upstream-crds kserve lws rook epp-oracle
-	$(BIN)/pytest -m e2e
+	$(BIN)/pytest -m e2e $(PARALLEL)
 
 test: venv deps cluster-bin validators prometheus upstream-crds kserve lws rook epp-oracle lint check-generated check-manifests
-	$(PHASE) pytest -- $(BIN)/pytest
+	$(PHASE) pytest -- $(BIN)/pytest $(PARALLEL)
 
 demo: venv deps cluster-bin-demo upstream-crds
 	$(PHASE) demo -- hack/demo

@@ -3,6 +3,7 @@ e2e test asks for it; pure tests never touch it."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import sys
@@ -10,6 +11,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import pytest
 from kubernetes import client, config
@@ -18,6 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack" / "localcluster"))
 
 from localcluster import LocalCluster  # noqa: E402
+from tests.module_groups import ModuleGroups, group  # noqa: E402
 from tests.module_times import ModuleTimes  # noqa: E402
 
 
@@ -30,6 +33,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # tears the fixtures down, so the control planes and operators they started (each in a
     # session of its own) are stopped instead of left running.
     signal.signal(signal.SIGTERM, _interrupt)
+    # What the tests start stops when the worker that started it dies (localcluster.tied).
+    os.environ["KVTIER_STOP_WITH_PARENT"] = "1"
     config.pluginmanager.register(ModuleTimes(), "kvtier-module-times")
 
 
@@ -60,11 +65,26 @@ def operator_api(cluster: LocalCluster) -> client.ApiClient:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Everything under tests/e2e needs the cluster: mark it so `-m "not e2e"` works."""
+    """Everything under tests/e2e needs the cluster: mark it so `-m "not e2e"` works.
+
+    Sorted for `make test`'s workers (tests/module_groups.py hands out modules, or groups of
+    them, in this order): the modules sharing a stack first, then the other e2e modules, the
+    ones that wait on control planes; the pure tests, many and short, fill the last minutes."""
     e2e_dir = REPO / "tests" / "e2e"
     for item in items:
         if e2e_dir in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.e2e)
+
+    def rank(item: pytest.Item) -> int:
+        module = item.nodeid.split("::", 1)[0]
+        return 0 if group(module) != module else 1 if item.get_closest_marker("e2e") else 2
+
+    items.sort(key=rank)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> ModuleGroups | None:
+    """`--dist loadgroup`: whole modules and the groups of tests/module_groups.py."""
+    return ModuleGroups(config, log) if config.getoption("dist") == "loadgroup" else None
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -54,6 +54,7 @@ from localcluster import (
     LocalCluster,
     free_port,
     log,
+    tied,
     write_kubeconfig,
 )
 
@@ -182,14 +183,16 @@ class KServeISVCController:
         )
         logf = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [
-                str(self.binary),
-                f"--kubeconfig={kubeconfig}",
-                f"--webhook-port={self.webhook_port}",
-                f"--health-probe-addr=127.0.0.1:{self.health_port}",
-                "--metrics-addr=0",  # controller-runtime: no metrics server
-                "--zap-encoder=console",
-            ],
+            tied(
+                [
+                    str(self.binary),
+                    f"--kubeconfig={kubeconfig}",
+                    f"--webhook-port={self.webhook_port}",
+                    f"--health-probe-addr=127.0.0.1:{self.health_port}",
+                    "--metrics-addr=0",  # controller-runtime: no metrics server
+                    "--zap-encoder=console",
+                ]
+            ),
             stdout=logf,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,6 +111,18 @@ def upstream_crds(variant: str = "full") -> Path:
     if not any(directory.glob("*.yaml")):
         raise ClusterError(f"{CRDS_SCRIPT.name} {variant} left no CRD files in {directory}")
     return directory
+
+
+def tied(argv: Sequence[str]) -> list[str]:
+    """`argv`, run so that the kernel stops it when the process that started it dies, when
+    the test suite asks (KVTIER_STOP_WITH_PARENT=1, tests/conftest.py). Components run in
+    sessions of their own, out of reach of a terminal's Ctrl-C, so that their starter stops
+    them in order; a test worker killed before its teardown (pytest-xdist kills the workers
+    it cannot stop in time) would leave them running. `setpriv` is util-linux's."""
+    setpriv = shutil.which("setpriv")
+    if os.environ.get("KVTIER_STOP_WITH_PARENT") == "1" and setpriv:
+        return [setpriv, "--pdeathsig", "TERM", "--", *argv]
+    return list(argv)
 
 
 def free_port() -> int:
@@ -516,7 +528,7 @@ class LocalCluster:
         comp = self.components[name]
         logf = comp.log_file(self.workdir).open("ab")
         proc = subprocess.Popen(
-            comp.argv,
+            tied(comp.argv),
             stdout=logf,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

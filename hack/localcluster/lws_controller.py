@@ -38,6 +38,7 @@ from localcluster import (
     LocalCluster,
     free_port,
     log,
+    tied,
     write_kubeconfig,
 )
 
@@ -206,7 +207,7 @@ class LWSController:
         )
         logf = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [str(self.binary), f"--config={self._config(certs)}", "--zap-log-level=info"],
+            tied([str(self.binary), f"--config={self._config(certs)}", "--zap-log-level=info"]),
             stdout=logf,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

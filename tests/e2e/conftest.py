@@ -26,10 +26,10 @@ from tests.e2e.operator_process import OperatorProcess
 REPO = Path(__file__).resolve().parents[2]
 
 
-def install_crds(cluster: LocalCluster) -> None:
+def install_crds(cluster: LocalCluster, kvtier_crds: Path = REPO / "deploy" / "crds") -> None:
     """kvtier's CRDs and the real ones of KServe and Rook (fetched from their Go modules).
     kvtier writes no ODF StorageCluster, so no stand-in for it is needed."""
-    cluster.install_crds(REPO / "deploy" / "crds", upstream_crds("full"))
+    cluster.install_crds(kvtier_crds, upstream_crds("full"))
 
 
 @pytest.fixture(scope="session")
@@ -38,13 +38,17 @@ def crds(cluster: LocalCluster) -> None:
 
 
 @contextmanager
-def own_cluster(prefix: str) -> Iterator[LocalCluster]:
-    """A control plane with the CRDs for one module alone: no session operator acts on it."""
+def own_cluster(
+    prefix: str, kvtier_crds: Path = REPO / "deploy" / "crds"
+) -> Iterator[LocalCluster]:
+    """A control plane with the CRDs for one module alone: no session operator acts on it.
+    `kvtier_crds` are the first kvtier CRDs it serves (a changed schema is served a moment
+    after its CRD is updated, while Established stays True: no wait can tell when)."""
     workdir = Path(tempfile.mkdtemp(prefix=f"kvtier-{prefix}-"))
     local = LocalCluster(workdir)
     try:
         local.up()
-        install_crds(local)
+        install_crds(local, kvtier_crds)
         yield local
     finally:
         local.down()

@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from localcluster import LocalCluster, free_port
+from localcluster import LocalCluster, free_port, tied
 
 RESYNC_SECONDS = 5.0  # the operator's own default is 300 s; tests want several passes
 
@@ -44,20 +44,22 @@ class OperatorProcess:
     def start(self) -> OperatorProcess:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kvtier",
-                "operator",
-                f"--kubeconfig={self.kubeconfig}",
-                f"--metrics-port={self.metrics_port}",
-                f"--health-port={self.health_port}",
-                "--bind-address=127.0.0.1",
-                "--log-format=plain",
-                f"--namespace={self.namespace}",
-                *self.metrics_args,
-                *([f"--resync-seconds={self.resync_seconds:g}"] if self.resync_seconds else []),
-            ],
+            tied(
+                [
+                    sys.executable,
+                    "-m",
+                    "kvtier",
+                    "operator",
+                    f"--kubeconfig={self.kubeconfig}",
+                    f"--metrics-port={self.metrics_port}",
+                    f"--health-port={self.health_port}",
+                    "--bind-address=127.0.0.1",
+                    "--log-format=plain",
+                    f"--namespace={self.namespace}",
+                    *self.metrics_args,
+                    *([f"--resync-seconds={self.resync_seconds:g}"] if self.resync_seconds else []),
+                ]
+            ),
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -42,9 +42,23 @@ def _create(
     body = {"apiVersion": "kvcache.io/v1alpha1", "kind": kind, "metadata": metadata, "spec": spec}
     dry = "All" if dry_run else None
     if kind == "KVCachePolicy":
-        custom.create_cluster_custom_object(
-            "kvcache.io", "v1alpha1", PLURALS[kind], body, dry_run=dry
-        )
+        try:
+            custom.create_cluster_custom_object(
+                "kvcache.io", "v1alpha1", PLURALS[kind], body, dry_run=dry
+            )
+        except ApiException as exc:
+            if exc.status != 409 or not dry_run:
+                raise
+            # The one policy may exist already (another module on this control plane wrote
+            # it): the same object, in full, as an update of that one.
+            stored: Any = custom.get_cluster_custom_object(
+                "kvcache.io", "v1alpha1", PLURALS[kind], metadata["name"]
+            )
+            version = stored["metadata"]["resourceVersion"]
+            body["metadata"] = {**metadata, "resourceVersion": version}
+            custom.replace_cluster_custom_object(
+                "kvcache.io", "v1alpha1", PLURALS[kind], metadata["name"], body, dry_run=dry
+            )
     else:
         custom.create_namespaced_custom_object(
             "kvcache.io", "v1alpha1", metadata["namespace"], PLURALS[kind], body, dry_run=dry

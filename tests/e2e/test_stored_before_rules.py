@@ -55,13 +55,12 @@ def _without_new_rules(node: Any) -> Any:
 def older(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, Path]]:
     """A control plane whose objects were written through the older CRDs, then upgraded to
     today's: the objects stay stored as they were."""
-    with own_cluster("older") as cluster:
-        old = tmp_path_factory.mktemp("older-crds")
-        for path in CRDS.glob("kvcache.io_*.yaml"):
-            (old / path.name).write_text(
-                yaml.safe_dump(_without_new_rules(yaml.safe_load(path.read_text())))
-            )
-        cluster.install_crds(old)
+    old = tmp_path_factory.mktemp("older-crds")
+    for path in CRDS.glob("kvcache.io_*.yaml"):
+        (old / path.name).write_text(
+            yaml.safe_dump(_without_new_rules(yaml.safe_load(path.read_text())))
+        )
+    with own_cluster("older", kvtier_crds=old) as cluster:
         log = tmp_path_factory.mktemp("older-operator") / "operator.log"
         yield cluster, log
 
