@@ -170,6 +170,31 @@ def test_schemas_of_reads_every_version_of_the_group() -> None:
     )
 
 
+def test_cached_schemas_answer_as_schemas_of_without_a_read() -> None:
+    """A reconcile asks for its target's schemas without leaving the event loop once they
+    are in hand: the same answer as schemas_of, and None (ask schemas_of) while a read is
+    needed: no index yet, a document not read, a new hash."""
+    hashes = {"serving.kserve.io/v1beta1": "A", "serving.kserve.io/v1alpha1": "B", "apps/v1": "C"}
+    documents = {"A": _document("granular"), "B": {"components": {"schemas": {}}}}
+    watch = SchemaWatch(
+        lambda: _index(hashes),
+        lambda _: None,
+        read_document=lambda url: documents[url.rsplit("=", 1)[1]],
+    )
+    api = ("serving.kserve.io/v1beta1", "InferenceService")
+    assert watch.cached_schemas_of(*api) is None  # no index yet
+    watch.index = watch.read_index()
+    assert watch.cached_schemas_of(*api) is None  # documents not read
+    found = watch.schemas_of(*api)
+    assert watch.cached_schemas_of(*api) == found
+    assert list(found) == ["serving.kserve.io/v1beta1"]
+    assert watch.cached_schemas_of("serving.kserve.io/v1beta1", "LLMInferenceService") == {}
+    hashes["serving.kserve.io/v1beta1"] = "B"
+    watch.index = watch.read_index()
+    assert watch.cached_schemas_of(*api) is None  # a new document to read
+    assert SchemaWatch(lambda: {}, lambda _: None).cached_schemas_of(*api) is None
+
+
 def test_the_versions_a_kind_is_served_in_come_from_kserves_real_crds() -> None:
     """KServe v0.20's CRDs: InferenceService in v1beta1 only, LLMInferenceService in v1alpha1
     and v1alpha2. A document that cannot be read makes the answer unknown (None), never a

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvtier.kube.wire import without_managed_fields
 from kvtier.names.labels import MANAGED_BY, MANAGER, TIER_ID
 from kvtier.names.objects import tier_id
 from kvtier.names.records import configmap_record
@@ -145,7 +146,7 @@ class Cache:
 
     def set_tier(self, key: TierKey, tier: dict[str, Any]) -> None:
         self.pop_tier(key, keep_object=True)
-        self.tiers[key] = tier
+        self.tiers[key] = without_managed_fields(tier)
         spec = tier.get("spec") or {}
         ref = spec.get("targetRef") or {}
         target = (str(ref.get("kind", "")), key[0], str(ref.get("name", "")))
@@ -248,7 +249,7 @@ class Cache:
         record = configmap_record(obj)
         if record is not None and isinstance(record.get("tier"), str):
             self._scheduler_records.setdefault(record["tier"], set()).add(key)
-        self.configmaps[key] = obj
+        self.configmaps[key] = without_managed_fields(obj)
 
     def scheduler_configmaps(self, key: TierKey) -> dict[TierKey, dict[str, Any]]:
         """The cached ConfigMaps carrying this tier's scheduler record."""
@@ -330,7 +331,7 @@ class Cache:
         if deleted:
             objects.pop(key, None)
         else:
-            objects[key] = obj
+            objects[key] = without_managed_fields(obj)
         return self._by_id.get(tid)
 
     def remember_written(self, obj: dict[str, Any]) -> None:

@@ -152,11 +152,14 @@ class Runtime:
         `fresh`: read the index first, so a CRD replaced since the last tick is seen."""
         if target is None:
             return {}
+        api_version, kind = str(target.get("apiVersion")), str(target.get("kind"))
         if fresh:
             self.schemas.index = None
-        return await asyncio.to_thread(
-            self.schemas.schemas_of, str(target.get("apiVersion")), str(target.get("kind"))
-        )
+        else:
+            known = self.schemas.cached_schemas_of(api_version, kind)
+            if known is not None:
+                return known
+        return await asyncio.to_thread(self.schemas.schemas_of, api_version, kind)
 
     async def _target(self, tier: Mapping[str, Any]) -> dict[str, Any] | None:
         """The target as the tier's version shows it; a version no watch feeds is read."""

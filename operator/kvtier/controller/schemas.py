@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 # kinds' (their registry) and Rook's, for the replica-1 CephFilesystem.
 WATCHED_GROUPS = frozenset({*(k.group for k in KINDS), "ceph.rook.io"})
 INTERVAL_SECONDS = 30.0
+_UNREAD: Any = object()
 
 
 def schema_hashes(index: Mapping[str, Any], groups: Iterable[str]) -> dict[str, str]:
@@ -146,6 +147,30 @@ class SchemaWatch:
         versions = [p[len("apis/") :] for p in (paths or {}) if str(p).startswith(prefix)]
         found = {v: self.schema_of(v, kind) for v in sorted(versions)}
         return {v: s for v, s in found.items() if s is not None}
+
+    def cached_schemas_of(self, api_version: str, kind: str) -> dict[str, dict[str, Any]] | None:
+        """What `schemas_of` answers when that needs no read (the index and every document it
+        would look at are in hand), else None: a reconcile then asks without leaving the
+        event loop. Safe beside a thread that reads (it only looks up)."""
+        index = self.index
+        if index is None or self.read_document is None:
+            return None
+        group = api_version.rpartition("/")[0]
+        prefix = f"apis/{group}/"
+        found: dict[str, dict[str, Any]] = {}
+        for path in sorted(str(p) for p in index.get("paths") or {} if str(p).startswith(prefix)):
+            version = path[len("apis/") :]
+            url = document_url(index, version)
+            if url is None:
+                continue
+            schema = self.schemas.get((url, kind), _UNREAD)
+            if schema is _UNREAD:
+                kinds = self.kinds_in.get(url)
+                if kinds is None or kind in kinds:
+                    return None  # a document to read
+            elif schema is not None:
+                found[version] = schema
+        return found
 
     def served_versions(self, group: str, kind: str) -> tuple[str, ...] | None:
         """The apiVersions of `group` the API server serves `kind` in (their OpenAPI v3

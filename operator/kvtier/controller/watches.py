@@ -121,7 +121,7 @@ def on_related(controller: Controller, event: str, obj: dict[str, Any]) -> None:
 def related_watches() -> list[Watched]:
     """One watch per kind the target kinds read (Kind.reads), each once."""
     seen = {(r.api_version, r.kind) for k in KINDS for r in k.reads}
-    return [Watched(api_version, kind) for api_version, kind in sorted(seen)]
+    return [Watched(api_version, kind, managed_fields=False) for api_version, kind in sorted(seen)]
 
 
 def on_node(controller: Controller, event: str, obj: dict[str, Any]) -> None:
@@ -200,23 +200,34 @@ def target_versions(cache: Cache) -> dict[str, str]:
 def watches(targets: dict[str, str]) -> list[tuple[Watched, Handler]]:
     """Every watch, cluster-wide; `targets`: the version each target kind is watched in
     (target_versions)."""
+    # Only the targets' managedFields are read (which parts are the user's): the other kinds'
+    # are not kept (on a KVCacheTier, about half of the decoded object).
     return [
-        (Watched(API_VERSION, "KVCacheTier"), on_tier),
-        (Watched(API_VERSION, "KVCachePolicy"), on_policy),
+        (Watched(API_VERSION, "KVCacheTier", managed_fields=False), on_tier),
+        (Watched(API_VERSION, "KVCachePolicy", managed_fields=False), on_policy),
         *((Watched(targets[k.kind], k.kind), on_target) for k in KINDS),
         *((w, on_related) for w in related_watches()),
-        (Watched("v1", "ConfigMap"), on_configmap),
-        (Watched("serving.kserve.io/v1alpha2", "LLMInferenceServiceConfig"), on_llmisvc_config),
-        (Watched("v1", "Node"), on_node),
-        (Watched("storage.k8s.io/v1", "StorageClass"), on_storage_class),
-        (Watched("storage.k8s.io/v1", "CSIStorageCapacity"), on_capacity),
-        (Watched("v1", "PersistentVolume", MANAGED), on_owned),
-        (Watched("v1", "PersistentVolumeClaim", MANAGED), on_owned),
-        (Watched("batch/v1", "Job", MANAGED), on_owned),
-        (Watched("apps/v1", "Deployment", MANAGED), on_owned),  # CephFS tiers' evictors
-        (Watched("v1", "Pod", PROBE_TIER), on_owned),
+        (Watched("v1", "ConfigMap", managed_fields=False), on_configmap),
+        (
+            Watched(
+                "serving.kserve.io/v1alpha2", "LLMInferenceServiceConfig", managed_fields=False
+            ),
+            on_llmisvc_config,
+        ),
+        (Watched("v1", "Node", managed_fields=False), on_node),
+        (Watched("storage.k8s.io/v1", "StorageClass", managed_fields=False), on_storage_class),
+        (Watched("storage.k8s.io/v1", "CSIStorageCapacity", managed_fields=False), on_capacity),
+        (Watched("v1", "PersistentVolume", MANAGED, managed_fields=False), on_owned),
+        (Watched("v1", "PersistentVolumeClaim", MANAGED, managed_fields=False), on_owned),
+        (Watched("batch/v1", "Job", MANAGED, managed_fields=False), on_owned),
+        # CephFS tiers' evictors
+        (Watched("apps/v1", "Deployment", MANAGED, managed_fields=False), on_owned),
+        (Watched("v1", "Pod", PROBE_TIER, managed_fields=False), on_owned),
         # Only the policy's replica-1 pool reads these, and each change wakes it anyway.
-        (Watched("ceph.rook.io/v1", "CephFilesystem", decides=False), on_filesystem),
+        (
+            Watched("ceph.rook.io/v1", "CephFilesystem", decides=False, managed_fields=False),
+            on_filesystem,
+        ),
     ]
 
 

@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from kvtier import metrics
 from kvtier.controller.cache import Cache
 from kvtier.kube.rest import Kube
+from kvtier.kube.wire import without_managed_fields
 from kvtier.names import API_VERSION, FINALIZER
 from kvtier.policy.provisioning import Unkept, UnkeptKey, unkept_write
 from kvtier.render import DesiredWrite
@@ -216,7 +217,7 @@ class Writer:
         # Our own write is the freshest copy: later reconciles start from it, not from a
         # cache the watch has not caught up with yet.
         if updated and kind == "KVCachePolicy":
-            self.cache.policy = updated
+            self.cache.policy = without_managed_fields(updated)
         elif updated:
             key = (meta["namespace"], meta["name"])
             if key in self.cache.tiers:

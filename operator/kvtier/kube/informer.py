@@ -19,7 +19,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from kvtier.kube.rest import Kube, resource
-from kvtier.kube.wire import decode
+from kvtier.kube.wire import decode, without_managed_fields
 
 log = logging.getLogger("kvtier.informer")
 
@@ -38,6 +38,9 @@ class Watched:
     label_selector: str | None = None
     # Whether tiers wait for its first LIST before anything is decided (cache sync).
     decides: bool = True
+    # Whether delivered objects keep metadata.managedFields (only the targets' are read: which
+    # parts are the user's); the others are delivered without them.
+    managed_fields: bool = True
 
     @property
     def path(self) -> str:
@@ -160,7 +163,7 @@ class Informer:
         # LIST items of built-in kinds carry no apiVersion/kind; handlers key on them.
         obj.setdefault("apiVersion", self.watched.api_version)
         obj.setdefault("kind", self.watched.kind)
-        return obj
+        return obj if self.watched.managed_fields else without_managed_fields(obj)
 
     def _watch(self, version: str) -> None:
         """Stream from `version` until told to stop; re-watch from the last version seen when

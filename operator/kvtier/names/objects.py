@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from functools import lru_cache
 
 PREFIX = "kvtier"
 DNS_LABEL_MAX = 63  # Volume names, label values, Service names
@@ -66,6 +67,7 @@ def cephfs_claim_name(tier: str) -> str:
     return hashed_name(tier, "cephfs", max_length=DNS_SUBDOMAIN_MAX)
 
 
+@lru_cache(maxsize=8192)  # asked for by every cache lookup of a tier's objects
 def tier_id(namespace: str, tier: str) -> str:
     """Label value identifying a tier: tier names may exceed the 63 characters of a label
     value, and the uid is unknown in Plan mode before the object exists."""

@@ -46,6 +46,7 @@ def merge_conditions(
     """
     old = {c.get("type"): c for c in previous or [] if isinstance(c, Mapping)}
     merged: list[dict[str, Any]] = []
+    stamp = timestamp(now)
     for v in verdicts:
         before = old.get(v.type)
         moved = before is None or before.get("status") != v.status
@@ -54,9 +55,9 @@ def merge_conditions(
             "status": v.status,
             "reason": v.reason,
             "message": v.message[:MAX_MESSAGE],
-            "lastTransitionTime": timestamp(now)
+            "lastTransitionTime": stamp
             if moved or before is None
-            else before.get("lastTransitionTime", timestamp(now)),
+            else before.get("lastTransitionTime", stamp),
         }
         if generation is not None:
             cond["observedGeneration"] = generation
