@@ -143,3 +143,65 @@ def test_kvtiers_own_deployment_is_remembered_as_owned_never_as_a_target(
     user = {"apiVersion": "apps/v1", "kind": "Deployment", **_at("9", name="srv")}
     cache.remember_written(user)
     assert ("Deployment", user["metadata"].get("namespace", ""), "srv") in cache.targets
+
+
+def test_cached_tiers_keep_no_managed_fields_and_share_equal_effective_rows() -> None:
+    """A tier as the API returns it, cached: without managedFields (nothing reads a tier's),
+    its status.effective rows the same objects as equal rows of other tiers, its status
+    otherwise as returned."""
+    cache = Cache()
+    rows = [
+        {"field": "mode", "value": "Apply", "source": "Default"},
+        {"field": "cpu.size", "value": "auto", "source": "Tier"},
+    ]
+    for name in ("t1", "t2"):
+        body = tier("llama")
+        body["metadata"] = {"name": name, "managedFields": [{"manager": "kvtier-operator"}]}
+        body["status"] = {"effective": [dict(r) for r in rows], "conditions": [{"type": "Ready"}]}
+        cache.set_tier(("a", name), body)
+    first, second = cache.tiers[("a", "t1")], cache.tiers[("a", "t2")]
+    assert "managedFields" not in first["metadata"]
+    assert first["status"] == {"effective": rows, "conditions": [{"type": "Ready"}]}
+    assert second["status"]["effective"] == rows
+    pairs = zip(first["status"]["effective"], second["status"]["effective"], strict=True)
+    assert all(a is b for a, b in pairs)
+    assert first["status"]["effective"] is not second["status"]["effective"]
+
+
+def test_cached_targets_keep_the_managed_fields_that_are_read() -> None:
+    """A target's managedFields tell which parts are the user's (targets/facts.py): the
+    other managers' entries stay; kvtier's own and subresource entries go while one of those
+    records fields, and are kept when none does."""
+    from kvtier.targets.facts import foreign_versions, users_part
+
+    def target(entries: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "apiVersion": "serving.kserve.io/v1alpha2",
+            "kind": "LLMInferenceService",
+            "metadata": {"name": "m", "namespace": "a", "managedFields": entries},
+            "spec": {"worker": {"containers": []}},
+        }
+
+    users = {
+        "manager": "kubectl",
+        "apiVersion": "serving.kserve.io/v1alpha1",
+        "fieldsV1": {"f:spec": {"f:worker": {}}},
+    }
+    own = {"manager": "kvtier-operator", "fieldsV1": {"f:spec": {"f:worker": {"f:x": {}}}}}
+    status = {"manager": "kserve", "subresource": "status", "fieldsV1": {"f:status": {}}}
+    cases = [
+        [users, own, status],
+        [{**users, "fieldsV1": {}}, own, status],  # the others record nothing: all stay
+        [own],
+    ]
+    for entries in cases:
+        before = target([dict(e) for e in entries])
+        answers = (foreign_versions(before), users_part(before, "worker"))
+        cache = Cache()
+        cache.set_target(("LLMInferenceService", "a", "m"), "serving.kserve.io/v1alpha2", before)
+        cached = cache.targets[("LLMInferenceService", "a", "m")]["serving.kserve.io/v1alpha2"]
+        assert (foreign_versions(cached), users_part(cached, "worker")) == answers
+    assert [e["manager"] for e in cached["metadata"]["managedFields"]] == ["kvtier-operator"]
+    first = target([dict(e) for e in cases[0]])
+    Cache().set_target(("LLMInferenceService", "a", "m"), "serving.kserve.io/v1alpha2", first)
+    assert [e["manager"] for e in first["metadata"]["managedFields"]] == ["kubectl"]

@@ -378,6 +378,9 @@ def test_spec_and_policy_are_parsed_once_per_content() -> None:
     # Any change of either body is new content: the memo never answers for the old one.
     other_tier = parse(tier(**spec, mode="Apply")["spec"], policy_spec)
     assert other_tier is not first and other_tier.settings.mode.value.value == "Apply"
+    # One policy, parsed once for every tier; equal status.effective rows are one object.
+    assert other_tier.policy is first.policy
+    assert any(a is b for a, b in zip(first.effective, other_tier.effective, strict=True))
     planning = {"spec": {**policy_spec, "defaults": {"mode": "Plan"}}}
     modeless = tier(disk={"type": "None"})
     del modeless["spec"]["mode"]

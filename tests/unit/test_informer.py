@@ -67,3 +67,22 @@ def test_a_failing_handler_does_not_stop_the_others() -> None:
     informer._dispatch([("ADDED", _node("bad", "1")), ("ADDED", _node("good", "2"))])
     loop.close()
     assert seen == ["good"]
+
+
+def test_managed_fields_are_kept_only_where_they_are_read() -> None:
+    """A watch of a kind whose field ownership nothing reads delivers its objects without
+    metadata.managedFields (a target's watch keeps them: they say which parts are the
+    user's)."""
+    loop = asyncio.new_event_loop()
+    kube = Kube(None)  # type: ignore[arg-type]  # never reaches the API
+    stripped = Informer(kube, Watched("v1", "Node", managed_fields=False), lambda e, o: None, loop)
+    kept = Informer(kube, Watched("v1", "Node"), lambda e, o: None, loop)
+    loop.close()
+    entries = [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]
+    for informer, expected in ((stripped, None), (kept, entries)):
+        node = _node("a", "7")
+        node["metadata"]["managedFields"] = list(entries)
+        events: list[tuple[str, dict[str, Any]]] = []
+        informer._apply({"type": "ADDED", "object": node}, events, "5")
+        assert events[0][1]["metadata"].get("managedFields") == expected
+        assert events[0][1]["metadata"]["resourceVersion"] == "7"

@@ -16,6 +16,7 @@ from kvtier.names.objects import tier_id
 from kvtier.names.records import configmap_record
 from kvtier.render.picker_version import KSERVE_NAMESPACE, config_keys
 from kvtier.render.scheduler import config_ref
+from kvtier.targets.facts import without_unread_entries
 from kvtier.targets.registry import api_versions, registered
 
 TierKey = tuple[str, str]  # (namespace, name)
@@ -65,6 +66,28 @@ def node_facts(node: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
+# Distinct status.effective rows kept for sharing, at most (a row is a setting's path, value and
+# source: the same few rows recur in every tier).
+ROWS_KEPT = 4096
+
+
+def share_rows(tier: dict[str, Any], rows: dict[tuple[Any, ...], dict[str, Any]]) -> None:
+    """Let the tier's status.effective rows be the same objects as equal rows of other cached
+    tiers (each tier's list is its own; its rows are only read): about a third of a cached
+    tier's memory otherwise. `rows` is the table of rows seen, emptied when full."""
+    status = tier.get("status")
+    if not isinstance(status, dict) or not isinstance(effective := status.get("effective"), list):
+        return
+    if len(rows) > ROWS_KEPT:
+        rows.clear()
+    status["effective"] = [
+        rows.setdefault(tuple(row.items()), row)
+        if isinstance(row, dict) and all(isinstance(v, str) for v in row.values())
+        else row
+        for row in effective
+    ]
+
+
 @dataclass
 class Cache:
     tiers: dict[TierKey, dict[str, Any]] = field(default_factory=dict)
@@ -102,6 +125,8 @@ class Cache:
     kserve_namespace: str = KSERVE_NAMESPACE
     _by_llmisvc_config: dict[TierKey, set[TargetKey]] = field(default_factory=dict)
     _llmisvc_configs_of: dict[TargetKey, list[TierKey]] = field(default_factory=dict)
+    # Equal status.effective rows of the cached tiers, one object each (share_rows).
+    _rows: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
 
     # Objects of the kinds the target kinds read (Kind.reads), by (kind, namespace, name).
     related: dict[TargetKey, dict[str, Any]] = field(default_factory=dict)
@@ -147,6 +172,7 @@ class Cache:
     def set_tier(self, key: TierKey, tier: dict[str, Any]) -> None:
         self.pop_tier(key, keep_object=True)
         self.tiers[key] = without_managed_fields(tier)
+        share_rows(tier, self._rows)
         spec = tier.get("spec") or {}
         ref = spec.get("targetRef") or {}
         target = (str(ref.get("kind", "")), key[0], str(ref.get("name", "")))
@@ -180,7 +206,7 @@ class Cache:
         return sorted(self._by_configmap.get((namespace, name), ()))
 
     def set_target(self, key: TargetKey, api_version: str, obj: dict[str, Any]) -> None:
-        self.targets.setdefault(key, {})[api_version] = obj
+        self.targets.setdefault(key, {})[api_version] = without_unread_entries(obj)
         self._unindex_scheduler_ref(key)
         ref = config_ref(obj)
         if ref is not None:

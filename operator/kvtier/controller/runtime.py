@@ -154,11 +154,10 @@ class Runtime:
             return {}
         api_version, kind = str(target.get("apiVersion")), str(target.get("kind"))
         if fresh:
-            self.schemas.index = None
-        else:
-            known = self.schemas.cached_schemas_of(api_version, kind)
-            if known is not None:
-                return known
+            return await asyncio.to_thread(self.schemas.fresh_schemas_of, api_version, kind)
+        known = self.schemas.cached_schemas_of(api_version, kind)
+        if known is not None:
+            return known
         return await asyncio.to_thread(self.schemas.schemas_of, api_version, kind)
 
     async def _target(self, tier: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -93,6 +93,28 @@ class SchemaWatch:
         # document URL → the kinds it defines, so a kind it lacks is known without reading it
         # again (an InferenceService tier asks every version of KServe's group).
         self.kinds_in: dict[str, frozenset[str]] = {}
+        # Fresh reads of the index, one at a time: how many began, and which one `index` is.
+        self._index_lock = threading.Lock()
+        self._index_reads = 0
+        self._index_from = 0
+
+    def fresh_schemas_of(self, api_version: str, kind: str) -> dict[str, dict[str, Any]]:
+        """`schemas_of` from an index read after this call began (a CRD replaced a moment ago
+        is seen). Workers asking together share one read: a read that began after a worker
+        asked is as fresh as one of its own."""
+        asked = self._index_reads
+        try:
+            with self._index_lock:
+                if self._index_from <= asked:
+                    self._index_reads += 1
+                    started = self._index_reads
+                    self.index = self.read_index()
+                    self._index_from = started
+        except Exception as exc:  # discovery is advisory: never a crash
+            log.warning("reading /openapi/v3 failed: %s", exc)
+            self.index = None  # the next caller reads it again
+            return {}
+        return self.schemas_of(api_version, kind)
 
     def schema_of(self, api_version: str, kind: str) -> dict[str, Any] | None:
         """The schema the API server serves for `kind` at `api_version`; None when it serves

@@ -22,7 +22,7 @@ from kvtier.policy.contract import Decision, Facts, meta
 from kvtier.policy.events import Event, event_type, newsworthy
 from kvtier.policy.kv_cache_dtype import kv_cache_dtype_flag, users_flags
 from kvtier.policy.observed_health import disk_pressure, set_used_bytes, tier_effective
-from kvtier.policy.parse_cache import parse
+from kvtier.policy.parse_cache import Parsed, parse
 from kvtier.policy.placement import Placement, placement
 from kvtier.policy.probe_step import probe_step
 from kvtier.policy.provisioning import split_writes
@@ -49,7 +49,7 @@ from kvtier.render import RenderError, RenderResult, TierRef
 from kvtier.render.picker_version import picker_layout
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
 from kvtier.render.writes import render_writes
-from kvtier.settings import EffectiveSettings, with_target_vllm_version
+from kvtier.settings import EffectiveSettings
 from kvtier.sizing import SizingError, SizingPlan, cpu_tier_cap, plan, record
 from kvtier.targets.facts import TargetFacts
 from kvtier.tiers.base import TierRequest
@@ -104,7 +104,7 @@ def decide(facts: Facts) -> Decision:
                 f"{target.replicas} replica(s)",
             )
         )
-        verdicts.extend(_size(decision, spec, eff, target, facts, policy))
+        verdicts.extend(_size(decision, spec, parsed, target, facts, policy))
         claimed = claimed_by(facts, mode)
         if claimed is not None:
             verdicts.append(
@@ -165,15 +165,14 @@ def decide(facts: Facts) -> Decision:
 def _size(
     decision: Decision,
     spec: KVCacheTierSpec,
-    eff: EffectiveSettings,
+    parsed: Parsed,
     target: TargetFacts,
     facts: Facts,
     policy: KVCachePolicySpec | None,
 ) -> list[Verdict]:
-    targeted = with_target_vllm_version(eff, target.server.image_vllm_version)
-    if targeted is not eff:  # the target's image names its vLLM: status.effective says so
-        eff = targeted
-        decision.status["effective"] = [e.to_k8s() for e in eff.entries()]
+    eff, rows = parsed.for_image_version(target.server.image_vllm_version)
+    if eff is not parsed.settings:  # the target's image names its vLLM: status.effective says so
+        decision.status["effective"] = [dict(row) for row in rows]
     gpus = target.gpus_per_pod or target.tensor_parallel_size or 0
     place = placement(facts.nodes, target.node_selector, gpus)
     available = available_disks(spec, eff, facts.nodes, place)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from pydantic import ValidationError
 
 from kvtier.api.policy import KVCachePolicySpec
 from kvtier.api.tier import KVCacheTierSpec
-from kvtier.settings import EffectiveSettings, effective_settings
+from kvtier.settings import EffectiveSettings, effective_settings, with_target_vllm_version
 
 
 @dataclass(frozen=True)
@@ -23,37 +24,90 @@ class Parsed:
     policy_error: str | None  # the first validation message of an invalid policy
     settings: EffectiveSettings
     effective: tuple[Mapping[str, str], ...]  # status.effective rows
+    # The settings with a target image's vLLM version, and their rows, by that version.
+    _by_image: dict[str | None, tuple[EffectiveSettings, tuple[Mapping[str, str], ...]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def for_image_version(
+        self, image_version: str | None
+    ) -> tuple[EffectiveSettings, tuple[Mapping[str, str], ...]]:
+        """The settings as a target whose image names `image_version` makes them
+        (settings.with_target_vllm_version) and their status.effective rows; `settings`
+        itself when the version changes nothing. Worked out once per version."""
+        hit = self._by_image.get(image_version)
+        if hit is None:
+            eff = with_target_vllm_version(self.settings, image_version)
+            rows = self.effective if eff is self.settings else _rows(eff)
+            hit = self._by_image[image_version] = (eff, rows)
+        return hit
 
 
-def _fingerprint(spec: Mapping[str, Any]) -> str:
-    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+def _fingerprint(spec: Mapping[str, Any]) -> str | bytes:
+    try:
+        return orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # beyond what orjson writes (an integer past 64 bits)
+        return json.dumps(spec, sort_keys=True, separators=(",", ":"))
 
 
 # A spec changes far less often than its tier is decided (twice per Apply reconcile, once
 # more per watch event of its target or owned objects): parsed and merged once per content.
-_PARSED: dict[tuple[str, str | None], Parsed] = {}
+_PARSED: dict[tuple[str | bytes, str | bytes | None], Parsed] = {}
 PARSED_KEPT = 2048
 
 
+# The policy, parsed once per content for every tier (not once per tier), and the status.effective
+# rows, one object per distinct row (the same few recur in every tier's settings).
+_POLICIES: dict[str | bytes, tuple[KVCachePolicySpec | None, str | None]] = {}
+POLICIES_KEPT = 8
+_ROWS: dict[tuple[Any, ...], Mapping[str, str]] = {}
+ROWS_KEPT = 4096
+
+
 def parse(spec_body: Mapping[str, Any], policy_body: Mapping[str, Any] | None) -> Parsed:
-    key = (_fingerprint(spec_body), None if policy_body is None else _fingerprint(policy_body))
+    policy_key = None if policy_body is None else _fingerprint(policy_body)
+    key = (_fingerprint(spec_body), policy_key)
     hit = _PARSED.get(key)
     if hit is None:
-        hit = _parse_new(spec_body, policy_body)
+        hit = _parse_new(spec_body, policy_body, policy_key)
         if len(_PARSED) >= PARSED_KEPT:
             del _PARSED[next(iter(_PARSED))]  # the oldest
         _PARSED[key] = hit
     return hit
 
 
-def _parse_new(spec_body: Mapping[str, Any], policy_body: Mapping[str, Any] | None) -> Parsed:
+def _parse_new(
+    spec_body: Mapping[str, Any],
+    policy_body: Mapping[str, Any] | None,
+    policy_key: str | bytes | None,
+) -> Parsed:
     spec = KVCacheTierSpec.model_validate(spec_body)
-    policy: KVCachePolicySpec | None = None
-    error: str | None = None
-    if policy_body is not None:
-        try:
-            policy = KVCachePolicySpec.model_validate(policy_body)
-        except ValidationError as exc:
-            error = exc.errors()[0]["msg"]
+    policy, error = _parse_policy(policy_body, policy_key)
     eff = effective_settings(spec, policy)
-    return Parsed(spec, policy, error, eff, tuple(e.to_k8s() for e in eff.entries()))
+    return Parsed(spec, policy, error, eff, _rows(eff))
+
+
+def _rows(eff: EffectiveSettings) -> tuple[Mapping[str, str], ...]:
+    """status.effective rows of the settings, equal rows one object (see _ROWS)."""
+    if len(_ROWS) > ROWS_KEPT:
+        _ROWS.clear()
+    rows = (e.to_k8s() for e in eff.entries())
+    return tuple(_ROWS.setdefault(tuple(r.items()), r) for r in rows)
+
+
+def _parse_policy(
+    body: Mapping[str, Any] | None, key: str | bytes | None
+) -> tuple[KVCachePolicySpec | None, str | None]:
+    """The policy spec (None, with the first validation message, when it is invalid)."""
+    if body is None or key is None:
+        return None, None
+    hit = _POLICIES.get(key)
+    if hit is None:
+        try:
+            hit = (KVCachePolicySpec.model_validate(body), None)
+        except ValidationError as exc:
+            hit = (None, exc.errors()[0]["msg"])
+        if len(_POLICIES) >= POLICIES_KEPT:
+            del _POLICIES[next(iter(_POLICIES))]  # the oldest
+        _POLICIES[key] = hit
+    return hit

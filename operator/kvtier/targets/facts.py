@@ -205,6 +205,20 @@ def _foreign_entries(target: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     ]
 
 
+def without_unread_entries(target: dict[str, Any]) -> dict[str, Any]:
+    """The target without the managedFields entries nothing here reads: kvtier's own and
+    those of subresources (on a target kvtier wrote, most of its decoded managedFields). They
+    go only while a kept entry records fields, so `users_part` answers as before. Changed in
+    place; returned."""
+    meta = target.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(entries := meta.get("managedFields"), list):
+        return target
+    foreign = _foreign_entries(target)
+    if len(foreign) < len(entries) and any(_fields_of(e) for e in foreign):
+        meta["managedFields"] = foreign
+    return target
+
+
 def foreign_versions(target: Mapping[str, Any]) -> set[str]:
     """The API versions other managers write the object in (their managedFields)."""
     return {str(e.get("apiVersion")) for e in _foreign_entries(target) if e.get("apiVersion")}
