@@ -909,9 +909,7 @@ def document(
 ) -> str:
     date = datetime.now(UTC).strftime("%Y-%m-%d")
     out = [
-        "# Performance",
-        "",
-        "## Convergence (`make bench`, bench/convergence.py)",
+        CONVERGENCE,
         "",
         f"Machine: {machine()}. Date: {date}. kvtier {args.revision or revision()}. "
         "Local control plane (kube-apiserver, etcd, kube-controller-manager, kube-scheduler, "
@@ -963,6 +961,24 @@ def document(
             "",
         ]
     return "\n".join(out)
+
+
+CONVERGENCE = "## Convergence (`make bench`, bench/convergence.py)"
+
+
+def with_section(page: str, section: str) -> str:
+    """docs/performance.md with its Convergence section (up to the next `## ` heading)
+    replaced by `section`, or `section` added at the end: the page's other sections (the
+    first hour, start-up, eviction) are written by hand or by other scripts and stay."""
+    lines = page.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.startswith(CONVERGENCE)), None)
+    body = section.rstrip("\n") + "\n"
+    if start is None:
+        head = page.rstrip("\n") or "# Performance"
+        return f"{head}\n\n{body}"
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    tail = "".join(lines[end:])
+    return "".join(lines[:start]) + body + ("\n" + tail if tail else "")
 
 
 HISTORY = (
@@ -1160,7 +1176,8 @@ def main(argv: list[str] | None = None) -> int:
         print(profile_text)
     if args.write_docs:
         DOCS.parent.mkdir(parents=True, exist_ok=True)
-        DOCS.write_text(document(runs, args, profile_text, layers))
+        page = DOCS.read_text() if DOCS.exists() else ""
+        DOCS.write_text(with_section(page, document(runs, args, profile_text, layers)))
         say(f"wrote {DOCS.relative_to(REPO)}")
     return 0
 

@@ -30,6 +30,7 @@ from bench.convergence import (
     run_one,
     summarize_profile,
     tier_body,
+    with_section,
 )
 
 USER = "system:serviceaccount:kvtier-system:kvtier-operator"
@@ -227,3 +228,21 @@ def test_apply_writes_per_tier_stay_within_the_controller_floors() -> None:
     assert {k: v for k, v in run.operator.writes.items() if k[1] in targets} == {
         k: v for k, v in run.floor.writes.items() if k[1] in targets
     }, detail
+
+
+def test_the_docs_keep_every_section_but_the_convergence_one() -> None:
+    """--write-docs replaces the Convergence section of docs/performance.md and nothing else
+    (the first hour, start-up and eviction sections come from elsewhere)."""
+    page = (
+        "# Performance\n\n## The first hour\n\nhour\n\n"
+        "## Convergence (`make bench`, bench/convergence.py)\n\nold\n\n### Profile\n\nold\n\n"
+        "## Start-up (bench/startup.py)\n\nstart\n"
+    )
+    new = "## Convergence (`make bench`, bench/convergence.py)\n\nnew\n"
+    assert with_section(page, new) == (
+        "# Performance\n\n## The first hour\n\nhour\n\n"
+        "## Convergence (`make bench`, bench/convergence.py)\n\nnew\n\n"
+        "## Start-up (bench/startup.py)\n\nstart\n"
+    )
+    assert with_section("", new) == "# Performance\n\n" + new
+    assert with_section("# Performance\n\n## Eviction\n\ne\n", new).endswith("e\n\n" + new)
