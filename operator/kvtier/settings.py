@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from kvtier.api.common import quantity_bytes
 from kvtier.api.policy import (
@@ -190,8 +190,28 @@ def _pick(tier: T | None, policy: T | None, default: T) -> Sourced[T]:
     if tier is not None:
         return Sourced(tier, ValueSource.TIER)
     if policy is not None:
-        return Sourced(policy, ValueSource.POLICY)
-    return Sourced(default, ValueSource.DEFAULT)
+        return _shared(policy, ValueSource.POLICY)
+    return _shared(default, ValueSource.DEFAULT)
+
+
+# The policy's and the built-in values, one Sourced each for every tier's settings (they are
+# frozen): the same few dozen recur in every tier the operator keeps parsed.
+_SHARED: dict[tuple[type, object, ValueSource], Sourced[Any]] = {}
+SHARED_KEPT = 1024
+
+
+def _shared(value: T, source: ValueSource) -> Sourced[T]:
+    try:
+        # By type (True is not 1) and, for a float, by its text (-0.0 is not 0.0).
+        key = (type(value), repr(value) if isinstance(value, float) else value, source)
+        hit = _SHARED.get(key)
+    except TypeError:  # not hashable: its own
+        return Sourced(value, source)
+    if hit is None:
+        if len(_SHARED) >= SHARED_KEPT:
+            _SHARED.clear()
+        hit = _SHARED[key] = Sourced(value, source)
+    return hit
 
 
 def with_target_vllm_version(

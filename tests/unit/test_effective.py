@@ -251,3 +251,25 @@ def test_precedence_property(
             assert (got.value, got.source) == (policy_value, POLICY)
         else:
             assert (got.value, got.source) == (default, DEFAULT)
+
+
+def test_policy_and_default_values_are_shared_between_tiers() -> None:
+    """Each tier kept parsed holds its settings; a value from the policy or the built-in
+    defaults is one frozen Sourced for all of them, told apart by type and float text."""
+    from kvtier.settings import _shared
+
+    def spec(name: str) -> KVCacheTierSpec:
+        return KVCacheTierSpec.model_validate(
+            {
+                "targetRef": {"kind": "InferenceService", "name": name},
+                "workload": {"averageContextTokens": 20000, "concurrentSessions": 8},
+            }
+        )
+
+    first, second = effective_settings(spec("a"), None), effective_settings(spec("b"), None)
+    assert first == second
+    assert first.kv_cache_dtype is second.kv_cache_dtype
+    assert _shared(True, ValueSource.DEFAULT) is not _shared(1, ValueSource.DEFAULT)
+    assert _shared(-0.0, ValueSource.DEFAULT).value.hex() == (-0.0).hex()
+    assert _shared(0.0, ValueSource.POLICY) is not _shared(0.0, ValueSource.DEFAULT)
+    assert _shared([1], ValueSource.DEFAULT) is not _shared([1], ValueSource.DEFAULT)
