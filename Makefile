@@ -11,7 +11,7 @@ MAKEFLAGS += --jobs=$(or $(KVTIER_JOBS),3)
 PHASE  := hack/phase
 # Test modules run side by side on this many workers, each with control planes of its own:
 # most of an e2e module's time is waiting on them (tests/conftest.py groups the modules).
-TEST_WORKERS ?= $(or $(KVTIER_TEST_WORKERS),3)
+TEST_WORKERS ?= $(or $(KVTIER_TEST_WORKERS),4)
 PARALLEL := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 .PHONY: all venv deps cluster-bin cluster-bin-demo validators prometheus upstream-crds kserve lws rook epp-oracle lint generate check-generated render-manifests \

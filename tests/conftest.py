@@ -14,12 +14,19 @@ from types import FrameType
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 from kubernetes import client, config
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack" / "localcluster"))
 
 from localcluster import LocalCluster  # noqa: E402
+
+# The property tests run beside e2e modules that load both cores (`make test` runs them side
+# by side): how fast an example is drawn or run says nothing about the code under test, so
+# neither a per-example deadline nor the draw-speed health check may fail a test.
+settings.register_profile("kvtier", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("kvtier")
 from tests.module_groups import ModuleGroups, group  # noqa: E402
 from tests.module_times import ModuleTimes  # noqa: E402
 
