@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kvtier.evict import EvictorLock, Options, PassResult, TierDir, Watermarks, open_tier_dir
+from kvtier.evict import EvictorLock, Options, PassResult, TierDir, Watermarks, open_tier_dir, run
 from kvtier.evict.run import FULL_WALK_SECONDS, LastWalk, run_pass, volume_bound
 from tests.unit.evict_tree import BASE, BLOCK_BYTES, block_path, make_tier, write_block
 
@@ -182,13 +182,18 @@ def test_halfway_to_high_the_loop_walks(tmp_path: Path, tier: TierDir) -> None:
     assert not below.walked
 
 
-def test_the_volumes_growth_counts_as_the_tiers(tmp_path: Path, tier: TierDir) -> None:
+def test_the_volumes_growth_counts_as_the_tiers(
+    tmp_path: Path, tier: TierDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The last walk found the tier at half its capacity; the volume has grown by another
-    half of it since: estimated full, so the pass walks (and evicts)."""
+    half of it since: estimated full, so the pass walks (and evicts). The volume is read
+    once: a writer elsewhere on this disk (a test beside this one deleting its files) would
+    otherwise move the growth by more than the tier's size."""
     make_tier(tmp_path, 100, oldest=time.time() - DAY)
     capacity = capacity_for(tmp_path, 0.9)
-    last = walked_at(tmp_path, time.time(), slack=0)
-    last = LastWalk(last.at, capacity // 2, last.volume_used_bytes - capacity // 2, 0, 0)
+    volume = volume_bound(os.statvfs(tmp_path))
+    monkeypatch.setattr(run, "volume_bound", lambda _: volume)
+    last = LastWalk(time.time(), capacity // 2, volume.used - capacity // 2, 0, 0)
     result = evict(tier, capacity, last=last)
     assert result.walked and result.evicted_files > 0
 
