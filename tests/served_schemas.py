@@ -52,9 +52,17 @@ def document(path: Path) -> dict[str, Any]:
     return {"components": {"schemas": schemas}}
 
 
+def kind_document(api_version: str, kind: str, variant: str = "full") -> dict[str, Any]:
+    """The document the API server serves `kind` at `api_version` in: from KServe's
+    `variant` CRDs or LWS's, or Kubernetes' own for a built-in kind."""
+    if kind not in _FILES:
+        return kubernetes_document(api_version)
+    return document(upstream_crds(variant) / _FILES[kind])
+
+
 @cache
 def _served(api_version: str, kind: str, variant: str) -> dict[str, Any]:
-    found = kind_schema(document(upstream_crds(variant) / _FILES[kind]), api_version, kind)
+    found = kind_schema(kind_document(api_version, kind, variant), api_version, kind)
     if found is None:
         raise KeyError(f"the {variant} CRDs serve no {kind} at {api_version}")
     return found

@@ -118,10 +118,13 @@ def tied(argv: Sequence[str]) -> list[str]:
     the test suite asks (KVTIER_STOP_WITH_PARENT=1, tests/conftest.py). Components run in
     sessions of their own, out of reach of a terminal's Ctrl-C, so that their starter stops
     them in order; a test worker killed before its teardown (pytest-xdist kills the workers
-    it cannot stop in time) would leave them running. `setpriv` is util-linux's."""
+    it cannot stop in time) would leave them running. SIGKILL, not SIGTERM: no orderly stop
+    is owed once the starter is gone, and one was seen to hang (an API server whose etcd
+    went at the same moment kept shutting down, and an operator kept waiting on it).
+    `setpriv` is util-linux's."""
     setpriv = shutil.which("setpriv")
     if os.environ.get("KVTIER_STOP_WITH_PARENT") == "1" and setpriv:
-        return [setpriv, "--pdeathsig", "TERM", "--", *argv]
+        return [setpriv, "--pdeathsig", "KILL", "--", *argv]
     return list(argv)
 
 

@@ -28,8 +28,9 @@ import pytest
 import yaml
 from kubernetes import client
 
-from kvtier.controller.schemas import SchemaWatch
+from kvtier.controller.schemas import SchemaWatch, document_url
 from kvtier.kube.rest import Kube
+from kvtier.render.served_schema import resolve
 from localcluster import LocalCluster, upstream_crds
 from tests.conftest import api_client
 from tests.e2e import audit
@@ -44,7 +45,7 @@ from tests.e2e.kube_helpers import (
 )
 from tests.e2e.operator_process import OperatorProcess
 from tests.e2e.test_operator_apply import POLICY
-from tests.served_schemas import served_schema
+from tests.served_schemas import kind_document, served_schema
 
 REPO = Path(__file__).resolve().parents[2]
 ARGO = "argocd-controller"
@@ -506,6 +507,14 @@ def test_minimal_crds_lose_nothing_when_managed_fields_are_stripped(
     assert target_writes(local, "InferenceService", start) == 0
 
 
+def _defines(schema: Any, api_version: str, kind: str) -> bool:
+    gvks = schema.get("x-kubernetes-group-version-kind") or []
+    return any(
+        f"{g.get('group')}/{g.get('version')}" == api_version and g.get("kind") == kind
+        for g in gvks
+    )
+
+
 def _document(kube: Kube, url: str) -> Any:
     path, _, query = url.partition("?")
     return kube.request("GET", path, query=dict([query.split("=", 1)]))
@@ -560,3 +569,14 @@ def test_the_served_schema_is_the_crds_own(
         assert served is not None, (variant, api_version, kind)
         expected = served_schema(api_version, kind, variant)
         assert served["properties"]["spec"] == expected["properties"]["spec"], variant
+        # The whole schema too, not only the merge shape the operator keeps of it.
+        url = document_url(kube.request("GET", "/openapi/v3"), api_version)
+        assert url is not None
+        components = _document(kube, url)["components"]["schemas"]
+        files = kind_document(api_version, kind, variant)["components"]["schemas"]
+        whole = next(s for s in components.values() if _defines(s, api_version, kind))
+        from_files = next(s for s in files.values() if _defines(s, api_version, kind))
+        assert (
+            resolve(components, whole)["properties"]["spec"]
+            == resolve(files, from_files)["properties"]["spec"]
+        ), variant

@@ -14,7 +14,7 @@ from kvtier.policy.atomic import atomic_verdict
 from kvtier.policy.contract import Facts
 from kvtier.policy.decide import decide
 from kvtier.render import DesiredWrite
-from kvtier.render.served_schema import kind_schema, replaced_parts
+from kvtier.render.served_schema import kind_schema, replaced_parts, resolve
 from tests.served_schemas import schemas_for, served_schema
 
 ISVC = ("serving.kserve.io/v1beta1", "InferenceService")
@@ -166,9 +166,12 @@ def test_kind_schema_reads_the_group_version_document() -> None:
         }
     }
     found = kind_schema(document, "serving.kserve.io/v1beta1", "X")
-    assert found is not None
-    assert found["properties"]["metadata"] == meta
-    assert found["properties"]["spec"] == {"type": "object", "x-kubernetes-map-type": "atomic"}
+    # Its merge shape: metadata says nothing of how it merges, spec is atomic.
+    assert found == {"properties": {"spec": {"x-kubernetes-map-type": "atomic"}}}
+    components: dict[str, Any] = document["components"]["schemas"]
+    whole = resolve(components, components["io.kserve.serving.v1beta1.InferenceService"])
+    assert whole["properties"]["metadata"] == meta
+    assert whole["properties"]["spec"] == {"type": "object", "x-kubernetes-map-type": "atomic"}
     assert kind_schema(document, "serving.kserve.io/v1beta1", "Y") is None
     assert kind_schema(document, "serving.kserve.io/v1", "X") is None
 

@@ -13,14 +13,20 @@ import pytest
 
 from localcluster import tied
 
+# The child ignores SIGTERM, as a component stuck in its own shutdown does (an API server
+# whose etcd went at the same moment): it must stop all the same.
 STARTER = """
 import subprocess, sys
 sys.path.insert(0, {path!r})
 from localcluster import tied
-child = subprocess.Popen(tied(["sleep", "300"]), start_new_session=True)
+child = subprocess.Popen(tied([sys.executable, "-c", {child!r}]), start_new_session=True)
 print(child.pid, flush=True)
 sys.stdin.read()  # until the test kills this process
 """
+CHILD = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('ignoring SIGTERM', flush=True); time.sleep(300)"
+)
 
 
 def _alive(pid: int) -> bool:
@@ -37,7 +43,7 @@ def _child_after_starter_killed(stop_with_parent: bool, wait: float) -> bool:
     env = {**os.environ, "KVTIER_STOP_WITH_PARENT": "1" if stop_with_parent else "0"}
     path = str(Path(__file__).resolve().parents[2] / "hack" / "localcluster")
     starter = subprocess.Popen(
-        [sys.executable, "-c", STARTER.format(path=path)],
+        [sys.executable, "-c", STARTER.format(path=path, child=CHILD)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env=env,
@@ -45,6 +51,7 @@ def _child_after_starter_killed(stop_with_parent: bool, wait: float) -> bool:
     )
     assert starter.stdout is not None
     pid = int(starter.stdout.readline())
+    assert starter.stdout.readline().strip() == "ignoring SIGTERM"  # the child's own stdout
     try:
         assert _alive(pid)
         starter.kill()  # no teardown: SIGKILL, as xdist ends a worker it cannot stop

@@ -13,6 +13,11 @@ drop the rest (KServe's minimal CRDs declare the whole `spec` atomic).
 `replaced_parts(schema, body, live)` names such parts; the caller refuses the write
 (`AtomicSpec`). A part the object does not hold yet, or holds with exactly the value the
 apply carries, loses nothing and is not named.
+
+The operator keeps the schemas of its targets' kinds for its whole life, so `kind_schema`
+keeps only their merge shape (`merge_shape`): the list and map types and the way to them.
+Where a schema says nothing of how its parts merge, every list is atomic and every map
+granular, which is also what the merge does with no schema at all.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ _REF_PREFIX = "#/components/schemas/"
 # An apply's identity fields, never merged as content.
 _IDENTITY = ("apiVersion", "kind")
 # Not kept in a resolved schema: `allOf` is folded in; descriptions say nothing of how a part
-# merges and are most of a CRD's schema (an operator keeps KServe's for its whole life).
+# merges and are most of a CRD's schema.
 _DROPPED = frozenset({"allOf", "description"})
 
 
@@ -45,9 +50,71 @@ def kind_schema(document: Mapping[str, Any], api_version: str, kind: str) -> dic
                 version,
                 kind,
             ):
-                resolved: dict[str, Any] = _Resolver(schemas).node(schema)
-                return resolved
+                shape: dict[str, Any] = merge_shape(resolve(schemas, schema))
+                return shape
     return None
+
+
+def resolve(schemas: Mapping[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:
+    """`schema` with its `$ref`s into `schemas` (a document's components) resolved."""
+    resolved: dict[str, Any] = _Resolver(schemas).node(schema)
+    return resolved
+
+
+def merge_shape(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """What of a resolved schema says how an apply merges its parts, equal for
+    `replaced_parts` to the whole schema: atomic maps, sets and keyed lists (with their keys),
+    and the properties, items and additional properties that lead to one. A node that says
+    nothing else comes out as `{}`, one shared object; shared components stay shared."""
+    return _Shaper().node(schema)
+
+
+class _Shaper:
+    def __init__(self) -> None:
+        self.done: dict[int, dict[str, Any]] = {}
+        self.empty: dict[str, Any] = {}
+
+    def node(self, node: Mapping[str, Any]) -> dict[str, Any]:
+        known = self.done.get(id(node))
+        if known is not None:
+            return known
+        out: dict[str, Any] = {}
+        # A list is replaced whole unless it is a set or a keyed list, whose keys and items
+        # then say how its items merge; an atomic map is replaced whole, whatever is in it.
+        if node.get(LIST_TYPE) in ("map", "set"):
+            out[LIST_TYPE] = node[LIST_TYPE]
+            if node[LIST_TYPE] == "map":
+                if LIST_KEYS in node:
+                    out[LIST_KEYS] = node[LIST_KEYS]
+                self._nested(node, "items", out)
+        if node.get(MAP_TYPE) == "atomic":
+            out[MAP_TYPE] = "atomic"
+        else:
+            self._nested(node, "additionalProperties", out)
+            self._properties(node, out)
+        result = out or self.empty
+        self.done[id(node)] = result
+        return result
+
+    def _nested(self, node: Mapping[str, Any], key: str, out: dict[str, Any]) -> None:
+        child = node.get(key)
+        if isinstance(child, Mapping) and (shaped := self.node(child)):
+            out[key] = shaped
+
+    def _properties(self, node: Mapping[str, Any], out: dict[str, Any]) -> None:
+        props = node.get("properties")
+        if not isinstance(props, Mapping):
+            return
+        # A property left out reads as undeclared, i.e. as additionalProperties: only where
+        # those say nothing may a property that says nothing go.
+        keep_all = "additionalProperties" in out
+        shaped = {
+            name: self.node(sub) if isinstance(sub, Mapping) else self.empty
+            for name, sub in props.items()
+        }
+        kept = {name: sub for name, sub in shaped.items() if sub or keep_all}
+        if kept:
+            out["properties"] = kept
 
 
 def document_kinds(document: Mapping[str, Any]) -> frozenset[str]:
