@@ -24,6 +24,7 @@ from kvtier.policy.kv_cache_dtype import kv_cache_dtype_flag, users_flags
 from kvtier.policy.observed_health import disk_pressure, set_used_bytes, tier_effective
 from kvtier.policy.parse_cache import Parsed, parse
 from kvtier.policy.placement import Placement, placement
+from kvtier.policy.plan_cache import planned
 from kvtier.policy.probe_step import probe_step
 from kvtier.policy.provisioning import split_writes
 from kvtier.policy.ready import blocked, hold_back, ready_verdict, refusal
@@ -50,7 +51,7 @@ from kvtier.render.picker_version import picker_layout
 from kvtier.render.scheduler import SchedulerProblem, SchedulerSync
 from kvtier.render.writes import render_writes
 from kvtier.settings import EffectiveSettings
-from kvtier.sizing import SizingError, SizingPlan, cpu_tier_cap, plan, record
+from kvtier.sizing import SizingError, SizingPlan, cpu_tier_cap, record
 from kvtier.targets.facts import TargetFacts
 from kvtier.tiers.base import TierRequest
 from kvtier.tiers.nvme import binding_warning
@@ -193,7 +194,7 @@ def _size(
         too_long = context_beyond_max_model_len(inp)
         if too_long is not None:
             return [too_long]
-        sp = plan(inp)
+        sp = planned(inp)
         too_large = beyond_int64(sp)
         if too_large is not None:
             return [too_large]
@@ -212,7 +213,7 @@ def _size(
             )
         dropped = drop_if_not_beneficial(sp, eff)
         if dropped is not None:
-            sp = plan(record.replace(inp, disk_type="None"))
+            sp = planned(record.replace(inp, disk_type="None"))
         roles = role_plans(base, sp, target.roles, facts.nodes)
     except Refusal as refusal:
         return [refusal.verdict]

@@ -26,8 +26,9 @@ from decimal import Decimal
 from typing import Any
 
 from kvtier.policy.placement import placement
+from kvtier.policy.plan_cache import planned
 from kvtier.render.scheduler import DEFAULT_BLOCK_TOKENS, blocks
-from kvtier.sizing import SizingInput, SizingPlan, plan, record
+from kvtier.sizing import SizingInput, SizingPlan, record
 from kvtier.targets.facts import RoleFacts
 from kvtier.targets.offload import DECODE, RoleOffload
 
@@ -161,5 +162,5 @@ def role_plans(
                 node_memory_bytes=place.node_memory_bytes or base.node_memory_bytes,
             )
         inp = record.replace(role_input(base, role, tensor), disk_type="None")
-        out.append(RolePlan(role, plan(inp)))
+        out.append(RolePlan(role, planned(inp)))
     return out

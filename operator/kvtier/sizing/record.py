@@ -119,6 +119,11 @@ class Record:
         raise FrozenRecordError(f"cannot delete field {name!r}")
 
 
+def field_values(obj: Record) -> tuple[object, ...]:
+    """A Record's values in field order (dataclasses.astuple, not recursing)."""
+    return obj._values()
+
+
 def field_defaults(cls: type[Record]) -> dict[str, object]:
     """The fields of a Record class that have a default, with it."""
     return {name: default for name, default in cls._record_fields if default is not _MISSING}

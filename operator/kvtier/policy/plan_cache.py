@@ -1,0 +1,29 @@
+"""Sizing plans worked out once per input: a tier is decided twice per Apply reconcile (before
+its writes and from their answers), and tiers of the same model and workload size alike."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from kvtier.sizing import SizingInput, SizingPlan, plan, record
+
+_PLANS: dict[tuple[object, ...], SizingPlan] = {}
+PLANS_KEPT = 1024
+
+
+def _key(inp: SizingInput) -> tuple[object, ...]:
+    return tuple(
+        tuple(sorted(v.items())) if isinstance(v, Mapping) else v for v in record.field_values(inp)
+    )
+
+
+def planned(inp: SizingInput) -> SizingPlan:
+    """`sizing.plan(inp)`, the same object for an equal input (a SizingPlan is frozen)."""
+    key = _key(inp)
+    hit = _PLANS.get(key)
+    if hit is None:
+        hit = plan(inp)  # a SizingError is raised each time: only plans are kept
+        if len(_PLANS) >= PLANS_KEPT:
+            del _PLANS[next(iter(_PLANS))]  # the oldest
+        _PLANS[key] = hit
+    return hit
