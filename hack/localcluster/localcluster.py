@@ -84,10 +84,13 @@ def log(msg: str) -> None:
     print(f"[localcluster {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def build_binaries() -> Path:
-    """Build (or reuse) the control-plane binaries; return their directory."""
+def build_binaries(helm: bool = False) -> Path:
+    """Build (or reuse) the control-plane binaries, and helm when asked (only the chart's
+    rendering and tests use it: a cluster never waits for its build); return their
+    directory."""
+    env = {**os.environ, "KVTIER_BUILD_HELM": "1" if helm else "0"}
     proc = subprocess.run(
-        ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False
+        ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False, env=env
     )
     if proc.returncode != 0:
         raise ClusterError(f"{BUILD_SCRIPT.name} failed with exit code {proc.returncode}")
@@ -364,6 +367,8 @@ class LocalCluster:
 
     def binary(self, name: str) -> str:
         assert self.bin_dir is not None
+        if name == "helm" and not (self.bin_dir / name).exists():
+            build_binaries(helm=True)  # not built with the cluster: only the chart needs it
         return str(self.bin_dir / name)
 
     # ------------------------------------------------------------- lifecycle
@@ -764,7 +769,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = LocalCluster(args.dir or default_workdir())
     try:
         if args.command == "build":
-            print(build_binaries())
+            print(build_binaries(helm=True))
         elif args.command == "crds":
             for variant in CRD_VARIANTS:
                 print(upstream_crds(variant))

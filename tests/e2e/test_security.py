@@ -613,7 +613,7 @@ def pod_specs(docs: list[Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
 
 
 def helm_template(*args: str) -> list[Any]:
-    helm = build_binaries() / "helm"
+    helm = build_binaries(helm=True) / "helm"
     out = subprocess.run(
         [str(helm), "template", "kvtier-operator", str(CHART), "-n", "kvtier-system", *args],
         capture_output=True,
