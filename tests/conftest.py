@@ -42,7 +42,10 @@ def pytest_configure(config: pytest.Config) -> None:
     signal.signal(signal.SIGTERM, _interrupt)
     # What the tests start stops when the worker that started it dies (localcluster.tied).
     os.environ["KVTIER_STOP_WITH_PARENT"] = "1"
-    config.pluginmanager.register(ModuleTimes(), "kvtier-module-times")
+    # Under pytest-xdist the controller hears every worker's reports: it alone sums them up
+    # (a worker's summary would log its modules a second time).
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(ModuleTimes(), "kvtier-module-times")
 
 
 def api_client(kubeconfig: Path) -> client.ApiClient:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Literal
 
@@ -51,4 +54,35 @@ def test_each_modules_time_goes_to_the_phase_log(
     assert lines == [
         {"phase": "pytest tests/e2e/test_x.py", "wall": 2.0, "tests": 1},
         {"phase": "pytest tests/e2e/test_y.py", "wall": 3.0, "tests": 0},
+    ]
+
+
+def test_side_by_side_each_module_is_logged_once(tmp_path: Path) -> None:
+    """On pytest-xdist workers (as `make test` runs) the controller logs each module once:
+    the workers' own summaries would log them a second time."""
+    log = tmp_path / "phases.jsonl"
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "KVTIER_PHASE_LOG": str(log)}
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "2",
+            "tests/unit/test_record.py",
+            "tests/unit/test_plan_cache.py",
+        ],
+        cwd=root,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    phases = [json.loads(line)["phase"] for line in log.read_text().splitlines()]
+    assert sorted(phases) == [
+        "pytest tests/unit/test_plan_cache.py",
+        "pytest tests/unit/test_record.py",
     ]
