@@ -11,10 +11,10 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parent / "evict.py"
 
 
-def test_evict_script_prints_ratios(tmp_path: Path) -> None:
+def test_evict_script_prints_ratios(roomy_tmp_path: Path) -> None:
     run = subprocess.run(
         [
-            *(sys.executable, str(SCRIPT), "--files", "5000", "--dir", str(tmp_path)),
+            *(sys.executable, str(SCRIPT), "--files", "5000", "--dir", str(roomy_tmp_path)),
             *("--max-time-ratio", "0", "--max-rss-mib", "0"),
         ],
         capture_output=True,
@@ -29,4 +29,4 @@ def test_evict_script_prints_ratios(tmp_path: Path) -> None:
     assert int(deleted[1].replace(",", "")) > 0 and float(deleted[2]) <= 70.0
     assert "deleted 0)" in run.stdout, "the steady pass has nothing to delete"
     assert re.search(r"^interval: at the default --interval 60 s", run.stdout, re.M)
-    assert list(tmp_path.iterdir()) == [], "the tree is removed afterwards"
+    assert list(roomy_tmp_path.iterdir()) == [], "the tree is removed afterwards"

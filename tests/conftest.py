@@ -29,6 +29,7 @@ settings.register_profile("kvtier", deadline=None, suppress_health_check=[Health
 settings.load_profile("kvtier")
 from tests.module_groups import ModuleGroups, group  # noqa: E402
 from tests.module_times import ModuleTimes  # noqa: E402
+from tests.roomy import roomy_tmp_path  # noqa: E402, F401  (a fixture, for every test)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

@@ -25,32 +25,32 @@ def kvtier(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_once_prints_a_json_summary(tmp_path: Path) -> None:
-    make_tier(tmp_path, 100, oldest=time.time() - DAY)
+def test_once_prints_a_json_summary(roomy_tmp_path: Path) -> None:
+    make_tier(roomy_tmp_path, 100, oldest=time.time() - DAY)
     capacity = int(100 * BLOCK_BYTES / 0.9)
     run = kvtier(
-        "evict", "--dir", str(tmp_path), "--once", "--capacity", str(capacity), "-o", "json"
+        "evict", "--dir", str(roomy_tmp_path), "--once", "--capacity", str(capacity), "-o", "json"
     )
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)
     assert summary["acted"] is True
-    assert summary["directory"] == str(tmp_path)
+    assert summary["directory"] == str(roomy_tmp_path)
     assert summary["capacityBytes"] == capacity
     assert summary["blockFiles"] == 100
     assert summary["usageRatio"] >= 0.85 and summary["usageRatioAfter"] <= 0.70
-    assert summary["evictedFiles"] == 100 - len(list(tmp_path.rglob("*.bin")))
+    assert summary["evictedFiles"] == 100 - len(list(roomy_tmp_path.rglob("*.bin")))
     assert summary["evictedBytes"] == summary["evictedFiles"] * BLOCK_BYTES
 
 
 def test_text_summary_and_percent_watermarks(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    roomy_tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    make_tier(tmp_path, 10, oldest=time.time() - DAY)
+    make_tier(roomy_tmp_path, 10, oldest=time.time() - DAY)
     code = main(
         [
             "evict",
             "--dir",
-            str(tmp_path),
+            str(roomy_tmp_path),
             "--once",
             "--capacity",
             "1Mi",
@@ -62,7 +62,7 @@ def test_text_summary_and_percent_watermarks(
     )
     out = capsys.readouterr().out
     assert code == 0
-    assert out.startswith(f"{tmp_path}: ") and "evicted" in out and "(high 1%, low 0%)" in out
+    assert out.startswith(f"{roomy_tmp_path}: ") and "evicted" in out and "(high 1%, low 0%)" in out
 
 
 @pytest.mark.parametrize(
@@ -79,18 +79,18 @@ def test_text_summary_and_percent_watermarks(
         (["--once", "--interval", "5"], "not allowed with argument --once"),
     ],
 )
-def test_bad_flags_one_line_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
-    run = kvtier("evict", "--dir", str(tmp_path), *args)
+def test_bad_flags_one_line_exit_2(roomy_tmp_path: Path, args: list[str], message: str) -> None:
+    run = kvtier("evict", "--dir", str(roomy_tmp_path), *args)
     assert run.returncode == 2
     assert run.stderr.startswith("kvtier: error: evict: ")
     assert message in run.stderr
     assert len(run.stderr.splitlines()) == 1
 
 
-def test_bad_directory_one_line_exit_2(tmp_path: Path) -> None:
-    run = kvtier("evict", "--dir", str(tmp_path / "nope"), "--once")
+def test_bad_directory_one_line_exit_2(roomy_tmp_path: Path) -> None:
+    run = kvtier("evict", "--dir", str(roomy_tmp_path / "nope"), "--once")
     assert run.returncode == 2
-    assert run.stderr == f"kvtier: error: evict: --dir {tmp_path / 'nope'}: does not exist\n"
+    assert run.stderr == f"kvtier: error: evict: --dir {roomy_tmp_path / 'nope'}: does not exist\n"
 
 
 def free_port() -> int:
@@ -109,13 +109,13 @@ def scrape(port: int) -> dict[str, float]:
     }
 
 
-def test_the_loop_serves_metrics_and_ends_on_sigterm(tmp_path: Path) -> None:
-    make_tier(tmp_path, 100, oldest=time.time() - DAY)
+def test_the_loop_serves_metrics_and_ends_on_sigterm(roomy_tmp_path: Path) -> None:
+    make_tier(roomy_tmp_path, 100, oldest=time.time() - DAY)
     capacity = int(100 * BLOCK_BYTES / 0.9)
     port = free_port()
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-m", "kvtier", "evict", "--dir", str(tmp_path)),
+            *(sys.executable, "-m", "kvtier", "evict", "--dir", str(roomy_tmp_path)),
             *("--interval", "0.2", "--capacity", str(capacity)),
             *("--metrics-port", str(port), "--metrics-address", "127.0.0.1"),
         ],
@@ -135,7 +135,7 @@ def test_the_loop_serves_metrics_and_ends_on_sigterm(tmp_path: Path) -> None:
             if any(metrics.get(f'kvtier_evict_passes_total{{result="{r}"}}', 0) for r in after):
                 break
             time.sleep(0.1)
-        left = len(list(tmp_path.rglob("*.bin")))
+        left = len(list(roomy_tmp_path.rglob("*.bin")))
         assert metrics['kvtier_evict_passes_total{result="evicted"}'] == 1
         assert metrics["kvtier_evict_evicted_files_total"] == 100 - left
         assert metrics["kvtier_evict_evicted_bytes_total"] == (100 - left) * BLOCK_BYTES
@@ -162,7 +162,7 @@ def test_the_loop_serves_metrics_and_ends_on_sigterm(tmp_path: Path) -> None:
             proc.wait()
 
 
-def test_metrics_port_in_use_is_one_line(tmp_path: Path) -> None:
+def test_metrics_port_in_use_is_one_line(roomy_tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
@@ -170,7 +170,7 @@ def test_metrics_port_in_use_is_one_line(tmp_path: Path) -> None:
         run = kvtier(
             "evict",
             "--dir",
-            str(tmp_path),
+            str(roomy_tmp_path),
             "--metrics-port",
             str(port),
             "--metrics-address",
