@@ -161,7 +161,7 @@ def _body_and_live(draw: st.DrawFn, schema: Mapping[str, Any]) -> tuple[Any, Any
 
 
 @pytest.mark.parametrize(("api_version", "kind", "variant"), KINDS, ids=IDS)
-@settings(max_examples=150)
+@settings(max_examples=40)
 @given(data=st.data())
 def test_random_applies_name_the_same_parts(
     api_version: str, kind: str, variant: str, data: st.DataObject
