@@ -58,8 +58,11 @@ def fresh_env(root: Path) -> dict[str, str]:
     return env | {k: str(v) for k, v in caches.items()}
 
 
-def clone(into: Path) -> Path:
+def clone(into: Path, commit: str) -> Path:
+    """A fresh clone at `commit`: both runs measure the commit the script started at, however
+    the repository moves meanwhile."""
     subprocess.run(["git", "clone", "-q", str(REPO), str(into)], check=True)
+    subprocess.run(["git", "-C", str(into), "checkout", "-q", commit], check=True)
     return into
 
 
@@ -112,16 +115,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temporary directories")
     parser.add_argument("--markdown", type=Path, help="write the tables to this file")
     args = parser.parse_args(argv)
+    commit = head()
     root = Path(tempfile.mkdtemp(prefix="kvtier-first-hour-"))
     env = fresh_env(root)
     try:
-        cold = clone(root / "clone")
+        cold = clone(root / "clone", commit)
         results = [
             ("`make demo`, empty caches", run("demo", cold, env, root / "demo.jsonl")),
             ("`make test` right after it", run("test", cold, env, root / "test.jsonl")),
         ]
         if args.warm:
-            warm = clone(root / "clone-warm")
+            warm = clone(root / "clone-warm", commit)
             results.append(
                 ("`make test`, full caches, fresh clone", run("test", warm, env, root / "w.jsonl"))
             )
@@ -130,7 +134,7 @@ def main(argv: list[str]) -> int:
             # The Go module cache is read-only by design; let go itself empty it.
             subprocess.call(["go", "clean", "-modcache"], env=env, stderr=subprocess.DEVNULL)
             shutil.rmtree(root, ignore_errors=True)
-    lines = [f"Machine: {machine()}; HEAD {head()}.", ""]
+    lines = [f"Machine: {machine()}; kvtier {commit}.", ""]
     for title, result in results:
         lines += table(title, result)
     text = "\n".join(lines)

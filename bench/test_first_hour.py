@@ -12,7 +12,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.first_hour import Run, fresh_env, table  # noqa: E402
+from bench.first_hour import Run, clone, fresh_env, head, table  # noqa: E402
 
 
 def test_every_cache_is_a_fresh_directory_of_the_run(tmp_path: Path) -> None:
@@ -49,3 +49,13 @@ def test_the_table_lists_phases_slowest_first() -> None:
     assert lines[0] == "#### `make test`: 2 min 05.0 s wall, 1 min 20.0 s CPU, passed"
     assert lines[4] == "| pytest tests/e2e/test_a.py | 1 min 35.5 s |  | 7 |"
     assert lines[5] == "| mypy | 20.0 s | 19.0 s |  |"
+
+
+def test_a_clone_is_at_the_commit_the_run_started_at(tmp_path: Path) -> None:
+    """Both runs measure one commit, whatever lands on the repository meanwhile."""
+    first = subprocess.run(
+        ["git", "rev-list", "--max-parents=0", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.split()[0]
+    into = clone(tmp_path / "clone", first[:12])
+    at = subprocess.run(["git", "rev-parse", "HEAD"], cwd=into, capture_output=True, text=True)
+    assert at.stdout.strip() == first and not first.startswith(head())
