@@ -87,6 +87,40 @@ def test_a_router_index_smaller_than_hbm_forgets_prefixes_the_gpus_still_hold() 
     assert _hit(forgetful) < _hit(full) - 0.1
 
 
+def test_a_restore_under_way_counts_as_waiting_and_the_router_weighs_it() -> None:
+    # vLLM keeps a request whose KV is being loaded from a tier among its waiting ones
+    # (WAITING_FOR_REMOTE_KVS), so num_requests_waiting, which llm-d's queue-scorer reads,
+    # counts it: the router leaves that replica for an equally good idle one.
+    import simpy
+
+    from kvtier.simulate.cache import store_chain
+    from kvtier.simulate.engine import Replica, Request, Stats
+    from kvtier.simulate.router import Router
+
+    config = _small(_groups(), replicas=2, routing="prefix", router_weights=(2.0, 0.0, 1.0))
+    derived = derive(config)
+    env = simpy.Environment()
+    stats = Stats(warmup=0.0)
+    replicas = [Replica(env, config, derived, True, None, stats) for _ in range(2)]
+    router = Router(config, replicas, derived.block_tokens, cpu=True)
+    prompt = ((("group", 0), 6_000),)
+    busy = replicas[0]
+    assert busy.cpu is not None
+    busy.cpu.touch(("group", 0), 6_000)  # the prompt is in its CPU tier
+    busy.submit(Request(prompt, output=10, arrival=0.0, affinity=0))
+    assert not busy.waiting and busy.loading == 1
+    assert busy.num_requests_waiting == 1 and replicas[1].num_requests_waiting == 0
+    picked: list[int] = []
+    for i, replica in enumerate(replicas):
+        replica.submit = lambda r, i=i: picked.append(i)  # type: ignore[method-assign,misc]
+    other = ((("other", 1), 6_000),)
+    store_chain(router.index[0], other, 6_000)  # and the router believes it holds the next one
+    router.route(Request(other, output=10, arrival=0.0, affinity=1))
+    assert picked == [1]  # queue 0 + prefix 1 there, against queue 2 + prefix 0 here
+    env.run(until=1.0)
+    assert busy.loading == 0 and busy.num_requests_waiting == 0
+
+
 def test_round_robin_spreads_requests_evenly() -> None:
     config = _small(_groups((4.0,), 100.0), routing="round-robin", scenarios=("none",))
     derived = derive(config)

@@ -194,6 +194,7 @@ class Replica:
         self.max_seqs = config.max_num_seqs
         self.reserved = 0  # tokens of pinned blocks and of the running requests' outputs
         self.waiting: deque[Request] = deque()
+        self.loading = 0  # admitted requests whose prefix is still being copied from a tier
         self.running: list[Request] = []  # admission order: preemption takes the last
         self.prefilling: list[Request] = []
         self.decoding: list[tuple[int, int, int, Request]] = []  # heap: (last step, order, …)
@@ -211,6 +212,13 @@ class Replica:
     def kv_usage(self) -> float:
         """vLLM's kv_cache_usage_perc: blocks in use (free cached blocks do not count)."""
         return min(1.0, self._reserved_now() / self.capacity)
+
+    @property
+    def num_requests_waiting(self) -> int:
+        """vLLM's num_requests_waiting: requests not admitted yet and those whose KV is still
+        being loaded from a tier (WAITING_FOR_REMOTE_KVS: the scheduler keeps them among its
+        waiting requests until the load is done)."""
+        return len(self.waiting) + self.loading
 
     def _reserved_now(self) -> int:
         """`reserved` with the tokens of a decode run's steps already over."""
@@ -265,6 +273,7 @@ class Replica:
             request.position = gpu + cpu + disk
             if cpu or disk:
                 request.restoring = True
+                self.loading += 1
                 self.env.process(self.restore(request, segments, cpu, disk, read_by))
             else:
                 self.start_prefill(request)
@@ -422,6 +431,7 @@ class Replica:
             self._tier_store(self.cpu, segments, request.position)
         yield self.env.timeout((cpu + disk) * d.bytes_per_token / d.host_link_bytes_per_second)
         request.restoring = False
+        self.loading -= 1
         self.start_prefill(request)
 
     def start_prefill(self, request: Request) -> None:

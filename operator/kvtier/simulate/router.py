@@ -6,7 +6,9 @@ picker) with its scorers weighed and the highest score picked, ties at random:
   holds. Its belief is its own index, not the replica's cache: every request routed to a
   replica is recorded there, in an LRU of `lruCapacityPerServer` blocks per replica, so an
   index sized to HBM forgets what a CPU tier still holds.
-- queue-scorer: (most waiting − this replica's waiting) ÷ (most − fewest), 1 when all equal.
+- queue-scorer: (most waiting − this replica's waiting) ÷ (most − fewest), 1 when all equal;
+  waiting as vLLM's num_requests_waiting counts it, with the requests whose prefix is still
+  being loaded from the CPU or disk tier.
 - kv-cache-utilization-scorer: 1 − the replica's KV-cache usage.
 Weights and capacity: SimConfig.router_weights and lru_capacity_per_server (docs/simulator.md
 gives their sources).
@@ -77,7 +79,7 @@ class Router:
         if len(self.replicas) == 1:
             return 0
         w_queue, w_kv, w_prefix = self.weights
-        queues = [len(r.waiting) for r in self.replicas]
+        queues = [r.num_requests_waiting for r in self.replicas]
         low, high = min(queues), max(queues)
         hashed = min(request.prompt, self.matched)
         best: list[int] = []
