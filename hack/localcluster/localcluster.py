@@ -467,6 +467,10 @@ class LocalCluster:
                     f"--audit-policy-file={audit_policy}",
                     f"--audit-log-path={self.audit_log}",
                     "--audit-log-format=json",
+                    # Server-side applies of KServe's largest CRDs, which the test modules
+                    # install side by side on this 2-core machine, have taken over the
+                    # default minute under that load; the tests bound their own waits.
+                    "--request-timeout=5m",
                     "--profiling=false",
                 ],
             ),

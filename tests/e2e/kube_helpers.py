@@ -132,20 +132,28 @@ def wait_condition(
 
 def apply_policy(api: client.ApiClient, spec: dict[str, Any]) -> None:
     custom = client.CustomObjectsApi(api)
-    body = {
+    body: dict[str, Any] = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "KVCachePolicy",
         "metadata": {"name": "cluster"},
         "spec": spec,
     }
-    try:
-        current = custom.get_cluster_custom_object(GROUP, VERSION, "kvcachepolicies", "cluster")
-        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        custom.replace_cluster_custom_object(GROUP, VERSION, "kvcachepolicies", "cluster", body)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-        custom.create_cluster_custom_object(GROUP, VERSION, "kvcachepolicies", body)
+    # The operator writes the policy's status between the read and the replace: read again
+    # and retry on a conflict, as client-go's RetryOnConflict does.
+    for attempt in range(5):
+        try:
+            current = custom.get_cluster_custom_object(GROUP, VERSION, "kvcachepolicies", "cluster")
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            custom.replace_cluster_custom_object(GROUP, VERSION, "kvcachepolicies", "cluster", body)
+            return
+        except ApiException as exc:
+            if exc.status == 409 and attempt < 4:
+                continue
+            if exc.status != 404:
+                raise
+            body["metadata"].pop("resourceVersion", None)
+            custom.create_cluster_custom_object(GROUP, VERSION, "kvcachepolicies", body)
+            return
 
 
 def delete_policy(api: client.ApiClient) -> None:
