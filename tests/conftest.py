@@ -27,8 +27,8 @@ from localcluster import LocalCluster  # noqa: E402
 # neither a per-example deadline nor the draw-speed health check may fail a test.
 settings.register_profile("kvtier", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("kvtier")
+from tests import module_times  # noqa: E402
 from tests.module_groups import ModuleGroups, group  # noqa: E402
-from tests.module_times import ModuleTimes  # noqa: E402
 from tests.roomy import roomy_tmp_path  # noqa: E402, F401  (a fixture, for every test)
 
 
@@ -43,10 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
     signal.signal(signal.SIGTERM, _interrupt)
     # What the tests start stops when the worker that started it dies (localcluster.tied).
     os.environ["KVTIER_STOP_WITH_PARENT"] = "1"
-    # Under pytest-xdist the controller hears every worker's reports: it alone sums them up
-    # (a worker's summary would log its modules a second time).
-    if not hasattr(config, "workerinput"):
-        config.pluginmanager.register(ModuleTimes(), "kvtier-module-times")
+    module_times.register(config)
 
 
 def api_client(kubeconfig: Path) -> client.ApiClient:
