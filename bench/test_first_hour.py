@@ -34,6 +34,20 @@ def test_a_phase_records_its_wall_cpu_and_status(tmp_path: Path) -> None:
     assert line["wall"] >= 0.3 and line["cpu"] > 0
 
 
+def test_a_phases_cpu_counts_the_processes_its_command_left_behind(tmp_path: Path) -> None:
+    """A process whose parent exits without waiting for it still counts: hack/phase adopts
+    it and waits for it."""
+    log = tmp_path / "phases.jsonl"
+    env = {**os.environ, "KVTIER_PHASE_LOG": str(log)}
+    orphan = "python3 -c 'import time\nwhile time.process_time() < 0.6: pass' & exit 0"
+    code = subprocess.call(
+        [str(REPO / "hack" / "phase"), "left", "--", "sh", "-c", orphan], env=env
+    )
+    assert code == 0
+    [line] = [json.loads(x) for x in log.read_text().splitlines()]
+    assert line["cpu"] >= 0.5, line
+
+
 def test_the_table_lists_phases_slowest_first() -> None:
     run = Run(
         "make test",
