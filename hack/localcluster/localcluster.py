@@ -573,7 +573,7 @@ class LocalCluster:
             if process_alive(pid):
                 os.killpg(pid, signal.SIGKILL)
                 _wait(lambda: _reap(pid) or not process_alive(pid), 10, f"{name} to die")
-            _reap(pid)
+        _reap(pid, block=_zombie(pid))
         pid_file.unlink()
 
     def down(self) -> None:
@@ -737,10 +737,21 @@ def _succeeds(fn: Callable[[], object]) -> bool:
     return True
 
 
-def _reap(pid: int) -> bool:
-    """Collect a child that has exited so it does not linger as a zombie."""
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+def _reap(pid: int, block: bool = False) -> bool:
+    """Collect a child that has exited so it does not linger as a zombie (and its CPU counts
+    as this process's children's). `block` once it shows as one: a process of many threads
+    (every Go binary) shows its leader as a zombie while its other threads still exit, and
+    until they have, a non-blocking wait finds nothing to collect. A process this one did
+    not start is not its to collect."""
     with suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
+        os.waitpid(pid, 0 if block else os.WNOHANG)
     return False
 
 
