@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +19,12 @@ from kserve_controller import KServeController
 from kserve_isvc_controller import KServeISVCController
 from localcluster import LocalCluster, upstream_crds
 from tests.conftest import api_client
-from tests.e2e.kserve_isvc import KServeISVCCluster, KServeISVCStack
+from tests.e2e.kserve_isvc import (
+    KServeISVCCluster,
+    KServeISVCStack,
+    delete_namespace,
+    plain_namespace,
+)
 from tests.e2e.kube_helpers import apply_policy
 from tests.e2e.operator_process import OperatorProcess
 
@@ -200,3 +205,17 @@ def create_target(api: client.ApiClient, ns: str, body: dict[str, Any]) -> dict[
         group, version, ns, plural, body
     )
     return cast(dict[str, Any], created)
+
+
+@pytest.fixture
+def kserve_namespace() -> Iterator[Callable[[client.ApiClient, str], str]]:
+    """plain_namespace for one test: the namespaces it made are deleted after it."""
+    made: list[tuple[client.ApiClient, str]] = []
+
+    def make(api: client.ApiClient, prefix: str) -> str:
+        made.append((api, plain_namespace(api, prefix)))
+        return made[-1][1]
+
+    yield make
+    for api, name in made:
+        delete_namespace(api, name)

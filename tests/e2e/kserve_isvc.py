@@ -12,7 +12,8 @@ session fixture imported into a module's namespace would start once per module):
 
 API:
     plain_namespace(api, prefix) -> str: a namespace without Pod Security enforcement (KServe's
-        runtimes set no seccomp profile);
+        runtimes set no seccomp profile); a test asks the `kserve_namespace` fixture for one,
+        which deletes it afterwards (see delete_namespace);
     apply_runtime(api, ns, runtime) -> dict: a ServingRuntime created through KServe's webhook;
     create_isvc(api, ns, body) -> dict;
     predictor_deployments(api, ns, name) -> {deployment name: Deployment} (KServe's, by label);
@@ -77,6 +78,18 @@ def plain_namespace(api: client.ApiClient, prefix: str) -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata={"name": name}))
     return name
+
+
+def delete_namespace(api: client.ApiClient, name: str) -> None:
+    """Deleted (not waited for) once its test is over: KServe's manager keeps reconciling
+    what a test left, for the rest of the session; a multi-node service's head and worker
+    Services were seen deleted and created again about 20 times a second, which kept the
+    stack's API server near one core busy until the run ended."""
+    try:
+        client.CoreV1Api(api).delete_namespace(name)
+    except client.ApiException as exc:
+        if exc.status != 404:
+            raise
 
 
 def apply_runtime(api: client.ApiClient, ns: str, runtime: dict[str, Any]) -> dict[str, Any]:

@@ -34,7 +34,6 @@ from tests.e2e.kserve_isvc import (
     container,
     create_isvc,
     get_isvc,
-    plain_namespace,
     predictor_deployments,
     predictor_pods,
     vllm_argv,
@@ -141,7 +140,9 @@ def tier_spec(name: str, **extra: Any) -> dict[str, Any]:
     }
 
 
-def test_kserves_pod_carries_what_kvtier_sized(kserve_isvc_stack: KServeISVCStack) -> None:
+def test_kserves_pod_carries_what_kvtier_sized(
+    kserve_isvc_stack: KServeISVCStack, kserve_namespace: Callable[[client.ApiClient, str], str]
+) -> None:
     """KServe's own kserve-vllmserver ClusterServingRuntime: auto-selected by format; the pod
     KServe builds runs vLLM with kvtier's flag after the runtime's and the user's args, one
     /dev/shm (kvtier's, replacing the runtime's sizeless one) of kvtier's size, memory above
@@ -149,7 +150,7 @@ def test_kserves_pod_carries_what_kvtier_sized(kserve_isvc_stack: KServeISVCStac
     over two of its periodic passes; the tier's deletion gives KServe the user's service back,
     and KServe's pod template is the one it built before the tier."""
     stack = kserve_isvc_stack
-    ns = plain_namespace(stack.api, "isvc-offload")
+    ns = kserve_namespace(stack.api, "isvc-offload")
     name = "llama"
     create_isvc(stack.api, ns, isvc(name))
     before = template(stack, ns, name)
@@ -264,7 +265,9 @@ def _becomes(read: Callable[[], Any], want: Any, what: str, timeout: float = 120
         time.sleep(0.25)
 
 
-def test_a_red_hat_runtime_names_its_vllm_release(kserve_isvc_stack: KServeISVCStack) -> None:
+def test_a_red_hat_runtime_names_its_vllm_release(
+    kserve_isvc_stack: KServeISVCStack, kserve_namespace: Callable[[client.ApiClient, str], str]
+) -> None:
     """OpenShift AI's vllm-cuda-runtime in the namespace (picked before KServe's cluster
     runtime): its image's tag is the product's, so kvtier takes the release from the
     runtime's opendatahub.io/runtime-version, and says so when it cannot size for it; pinned
@@ -272,7 +275,7 @@ def test_a_red_hat_runtime_names_its_vllm_release(kserve_isvc_stack: KServeISVCS
     settled, 0 kvtier writes over two of its periodic passes; the tier's deletion gives the
     user's service back, and KServe's pod template is the one it built before the tier."""
     stack = kserve_isvc_stack
-    ns = plain_namespace(stack.api, "isvc-rh")
+    ns = kserve_namespace(stack.api, "isvc-rh")
     apply_runtime(stack.api, ns, runtime_fixture("vllm-cuda-runtime"))
     name = "granite"
     create_isvc(stack.api, ns, isvc(name))
@@ -325,12 +328,14 @@ def args_dropping_runtime(name: str) -> dict[str, Any]:
     return runtime
 
 
-def test_a_runtime_that_drops_the_args_gets_no_write(kserve_isvc_stack: KServeISVCStack) -> None:
+def test_a_runtime_that_drops_the_args_gets_no_write(
+    kserve_isvc_stack: KServeISVCStack, kserve_namespace: Callable[[client.ApiClient, str], str]
+) -> None:
     """A runtime whose bash script execs vLLM with its own flags: KServe's pod would run vLLM
     without the service's args, so kvtier writes nothing and Applied=False FlagNotPassed
     names the runtime; the service and KServe's pod stay the user's."""
     stack = kserve_isvc_stack
-    ns = plain_namespace(stack.api, "isvc-drop")
+    ns = kserve_namespace(stack.api, "isvc-drop")
     apply_runtime(stack.api, ns, args_dropping_runtime("vllm-script"))
     name = "scripted"
     create_isvc(stack.api, ns, isvc(name, runtime="vllm-script"))
@@ -373,6 +378,7 @@ def _play_cephfs_provisioner(stack: KServeISVCStack, ns: str, name: str, size: s
 
 def test_a_cephfs_tier_reaches_every_replica_kserve_runs(
     kserve_isvc_stack: KServeISVCStack,
+    kserve_namespace: Callable[[client.ApiClient, str], str],
 ) -> None:
     """A CephFS tier on a three-replica service: kvtier's shared claim (ReadWriteMany, the
     policy's class, owned by the tier) binds to the PV the test plays the provisioner with;
@@ -380,7 +386,7 @@ def test_a_cephfs_tier_reaches_every_replica_kserve_runs(
     from it mounts the claim, runs vLLM with kvtier's 200Gi CPU tier after the user's args,
     keeps the user's env and gets the PYTHONHASHSEED the replicas share the tier by."""
     stack = kserve_isvc_stack
-    ns = plain_namespace(stack.api, "isvc-cephfs")
+    ns = kserve_namespace(stack.api, "isvc-cephfs")
     name = "llama-70b"
     user = inference_service(
         name,
@@ -463,6 +469,7 @@ def test_a_cephfs_tier_reaches_every_replica_kserve_runs(
 
 def test_a_runtime_that_evaluates_vllm_additional_args_gets_the_flag_there(
     kserve_isvc_stack: KServeISVCStack,
+    kserve_namespace: Callable[[client.ApiClient, str], str],
 ) -> None:
     """A runtime whose bash script drops the args but evaluates VLLM_ADDITIONAL_ARGS into
     vLLM's command line (as KServe's llm-d templates do): kvtier puts its flag in that env
@@ -471,7 +478,7 @@ def test_a_runtime_that_evaluates_vllm_additional_args_gets_the_flag_there(
     0 kvtier writes over two of its periodic passes; the tier's deletion gives the user's
     service back, and KServe's pod template is the one it built before the tier."""
     stack = kserve_isvc_stack
-    ns = plain_namespace(stack.api, "isvc-env")
+    ns = kserve_namespace(stack.api, "isvc-env")
     runtime = runtime_fixture("vllm-cuda-runtime")
     runtime["metadata"]["name"] = "vllm-eval"
     [ctr] = runtime["spec"]["containers"]
@@ -681,6 +688,7 @@ def _take_back(
 
 def test_a_multi_node_service_gets_the_tier_on_head_and_worker(
     kserve_isvc_stack: KServeISVCStack,
+    kserve_namespace: Callable[[client.ApiClient, str], str],
 ) -> None:
     """OpenShift AI's multi-node runtime (vllm serve with the mp executor; the worker's script
     forwards "$@") and a service of two pipeline stages, its disk tier a shared CephFS claim
@@ -694,7 +702,7 @@ def test_a_multi_node_service_gets_the_tier_on_head_and_worker(
     ones KServe built before the tier, and the service is the user's, without the worker
     container kvtier made."""
     stack = kserve_isvc_stack
-    ns = plain_namespace(stack.api, "isvc-multi")
+    ns = kserve_namespace(stack.api, "isvc-multi")
     apply_runtime(stack.api, ns, runtime_fixture("vllm-multinode-runtime-mp"))
     name = "big"
     tier, user, before, sized = _multi_node_offload(stack, ns, name, multi_node(name))
@@ -730,6 +738,7 @@ def test_a_multi_node_service_gets_the_tier_on_head_and_worker(
 
 def test_a_multi_node_runtime_that_drops_the_args_gets_no_write(
     kserve_isvc_stack: KServeISVCStack,
+    kserve_namespace: Callable[[client.ApiClient, str], str],
 ) -> None:
     """OpenShift AI's multi-node runtime in its Ray shape (vllm-multinode-runtime: the head's
     bash script execs vLLM with its own flags and never passes the container's args on; a 12Gi
@@ -738,7 +747,7 @@ def test_a_multi_node_runtime_that_drops_the_args_gets_no_write(
     passes after the tier's creation the audit log holds no kvtier write to the
     InferenceService, and the service and KServe's head template stay the user's."""
     stack = kserve_isvc_stack
-    ns = plain_namespace(stack.api, "isvc-ray")
+    ns = kserve_namespace(stack.api, "isvc-ray")
     apply_runtime(stack.api, ns, runtime_fixture("vllm-multinode-runtime"))
     name = "ray"
     create_isvc(stack.api, ns, multi_node(name))
@@ -766,6 +775,7 @@ def test_a_multi_node_runtime_that_drops_the_args_gets_no_write(
 
 def test_kserves_huggingface_multi_node_runtime_carries_the_tier(
     kserve_isvc_stack: KServeISVCStack,
+    kserve_namespace: Callable[[client.ApiClient, str], str],
 ) -> None:
     """KServe's own kserve-huggingfaceserver-multinode ClusterServingRuntime (its head's bash
     script starts the Hugging Face server with tensor and pipeline parallelism from the env
@@ -780,7 +790,7 @@ def test_kserves_huggingface_multi_node_runtime_carries_the_tier(
     built before the tier, and the service is the user's, without the worker container
     kvtier made."""
     stack = kserve_isvc_stack
-    ns = plain_namespace(stack.api, "isvc-hf")
+    ns = kserve_namespace(stack.api, "isvc-hf")
     name = "hf"
     service = multi_node(name)
     model = service["spec"]["predictor"]["model"]

@@ -15,7 +15,7 @@ renders for the same objects.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,7 +29,6 @@ from tests.e2e.kserve_isvc import (
     create_isvc,
     get_isvc,
     plain,
-    plain_namespace,
     predictor_deployments,
     predictor_pods,
     vllm_argv,
@@ -157,6 +156,7 @@ def settled_pod(api: client.ApiClient, ns: str, name: str, deployment: str) -> d
 
 def test_kserve_vllmserver_pod_runs_the_runtimes_args_then_the_services(
     kserve_isvc_cluster: KServeISVCCluster,
+    kserve_namespace: Callable[[client.ApiClient, str], str],
 ) -> None:
     """KServe's own ClusterServingRuntime kserve-vllmserver, picked by model format: the
     Deployment's container is the runtime's with the predictor's merged in (args: the
@@ -164,7 +164,7 @@ def test_kserve_vllmserver_pod_runs_the_runtimes_args_then_the_services(
     mounts the PVC at /mnt/models, and its command gives vLLM the runtime's flags then the
     user's; the oracle renders the same Deployment and pod."""
     api, kserve = kserve_isvc_cluster.api, kserve_isvc_cluster.kserve
-    ns = plain_namespace(api, "isvc-vllm")
+    ns = kserve_namespace(api, "isvc-vllm")
     body = isvc("llama")
     create_isvc(api, ns, body)
     found = eventually(
@@ -210,14 +210,16 @@ def shm(spec: dict[str, Any], name: str) -> dict[str, Any]:
     "runtime", ["vllm-cuda-runtime", "vllm-multinode-runtime", "vllm-multinode-runtime-mp"]
 )
 def test_openshift_ai_runtimes_load_into_kserve(
-    kserve_isvc_cluster: KServeISVCCluster, runtime: str
+    kserve_isvc_cluster: KServeISVCCluster,
+    runtime: str,
+    kserve_namespace: Callable[[client.ApiClient, str], str],
 ) -> None:
     """OpenShift AI's runtime shapes (tests/fixtures/runtimes) pass KServe's ServingRuntime
     webhook and KServe builds their Deployments: the head for every one, and for the multi-node
     ones a worker Deployment from the workerSpec (which v0.20.0 deletes again), each with a 12Gi
     memory /dev/shm; the same as the oracle renders."""
     api, kserve = kserve_isvc_cluster.api, kserve_isvc_cluster.kserve
-    ns = plain_namespace(api, "isvc-odh")
+    ns = kserve_namespace(api, "isvc-odh")
     sr = runtime_fixture(runtime)
     apply_runtime(api, ns, sr)
     body = multi_node("big") if "multinode" in runtime else isvc("big")

@@ -9,7 +9,7 @@ node that can hold it. Deleting the tier restores the service and KServe's pod t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -132,13 +132,17 @@ def scheduling(api: client.ApiClient, ns: str, pod: str) -> str:
     )
 
 
-def test_storage_class_pool_end_to_end(kserve_isvc_stack: KServeISVCStack, driver_ns: str) -> None:
+def test_storage_class_pool_end_to_end(
+    kserve_isvc_stack: KServeISVCStack,
+    driver_ns: str,
+    kserve_namespace: Callable[[client.ApiClient, str], str],
+) -> None:
     admin_api = kserve_isvc_stack.api
     nodes = pool_nodes(admin_api)
     assert len(nodes) >= 2, nodes
     for node in nodes:
         publish(admin_api, driver_ns, node, "1Ti")
-    ns = plain_namespace(admin_api, "nvme-class")
+    ns = kserve_namespace(admin_api, "nvme-class")
     name = "llama-70b"
     user = inference_service(name, tp=4, model_uri=LLAMA)
     stored = create_isvc(admin_api, ns, user)  # as KServe's defaulting webhook left it

@@ -14,7 +14,7 @@ watch last delivered it. Without the watch kvtier knows no runtime at all (Runti
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import pytest
@@ -27,7 +27,6 @@ from tests.e2e.kserve_isvc import (
     container,
     create_isvc,
     get_isvc,
-    plain_namespace,
     vllm_argv,
 )
 from tests.e2e.kube_helpers import create_tier
@@ -67,10 +66,13 @@ def watch_only(
 
 
 def test_fixing_a_runtime_wakes_its_tier_and_the_flag_reaches_vllm(
-    kserve_isvc_stack: KServeISVCStack, watch_only: OperatorProcess
+    kserve_isvc_stack: KServeISVCStack,
+    watch_only: OperatorProcess,
+    kserve_namespace: Callable[[client.ApiClient, str], str],
 ) -> None:
+
     stack = kserve_isvc_stack
-    ns = plain_namespace(stack.api, "runtime-watch")
+    ns = kserve_namespace(stack.api, "runtime-watch")
     fixed = runtime_fixture("vllm-cuda-runtime")
     apply_runtime(stack.api, ns, args_dropping_runtime("vllm-runtime"))
     name = "served"
