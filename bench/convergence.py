@@ -55,7 +55,7 @@ from tests.e2e.operator_process import OperatorProcess  # noqa: E402
 
 from kvtier.kube.rest import Kube, load_client  # noqa: E402
 from kvtier.names import FIELD_MANAGER, FINALIZER  # noqa: E402
-from localcluster import LocalCluster, upstream_crds  # noqa: E402
+from localcluster import LocalCluster  # noqa: E402
 
 OPERATOR_USER = "system:serviceaccount:kvtier-system:kvtier-operator"
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
@@ -755,7 +755,8 @@ def summarize_profile(collapsed: Path, top: int = 25) -> str:
 
 
 def install(cluster: LocalCluster, admin: Kube) -> None:
-    cluster.install_crds(REPO / "deploy" / "crds", upstream_crds("full"))
+    cluster.install_crds(REPO / "deploy" / "crds")
+    cluster.install_upstream_crds("full")
     admin.create(
         {
             "apiVersion": TIER_API,

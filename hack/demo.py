@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 from tests.e2e.kube_helpers import POD_SECURITY_LABELS  # noqa: E402
 from tests.e2e.operator_process import OperatorProcess  # noqa: E402
 
-from localcluster import LocalCluster, default_workdir, upstream_crds  # noqa: E402
+from localcluster import LocalCluster, default_workdir  # noqa: E402
 
 NAMESPACE = "llm"
 
@@ -54,7 +54,8 @@ def wait(what: str, check: Any, timeout: float = 90) -> Any:
 
 def install(cluster: LocalCluster) -> None:
     banner("Install CRDs, the KVCachePolicy, model servers and KVCacheTiers")
-    cluster.install_crds(REPO / "deploy" / "crds", upstream_crds("full"))
+    cluster.install_crds(REPO / "deploy" / "crds")
+    cluster.install_upstream_crds("full")
     cluster.kubectl("create", "namespace", NAMESPACE)
     # Pod Security `restricted`, as in the tests: the probe pods are admitted under it.
     labels = [f"{key}={value}" for key, value in POD_SECURITY_LABELS.items()]

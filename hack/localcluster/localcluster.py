@@ -5,7 +5,8 @@ kube-controller-manager, kube-scheduler and kwok (fake GPU nodes whose pods
 reach Running) run as plain processes on loopback. Binaries come from
 ``hack/localcluster/build``, which compiles them from Go modules into a cache; the real CRDs
 of the foreign kinds (KServe, Rook) from ``hack/localcluster/upstream-crds``, which fetches
-them from Go modules into the same cache (``upstream_crds()``).
+them from Go modules into the same cache (``upstream_crds()``); ``install_upstream_crds``
+serves them from a capture of their stored form when one is cached (stored_crds.py).
 
 Used as a CLI (``hack/localcluster/localcluster up|down|env|status``) and from
 Python (``LocalCluster(workdir).up()``, as tests/conftest.py does).
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import ipaddress
 import json
 import os
@@ -37,6 +39,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+import stored_crds
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -67,6 +71,8 @@ KWOK_CONFIG = {
         "enablePodsOnNodeSyncStreamWatch": True,
     },
 }
+# How kubectl names a CRD it applied: "customresourcedefinition.apiextensions.k8s.io/NAME".
+CRD_PREFIX = "customresourcedefinition.apiextensions.k8s.io/"
 COMPONENTS = (
     "etcd",
     "kube-apiserver",
@@ -587,10 +593,13 @@ class LocalCluster:
 
     # ----------------------------------------------------------- bootstrap
 
-    def _wait_apiserver(self) -> None:
+    def _admin_context(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self.workdir / "pki" / "ca.crt"))
         ctx.load_cert_chain(self.workdir / "pki" / "admin.crt", self.workdir / "pki" / "admin.key")
-        url = f"{self.server}/readyz"
+        return ctx
+
+    def _wait_apiserver(self) -> None:
+        url, ctx = f"{self.server}/readyz", self._admin_context()
         _wait(lambda: _http_ok(url, ctx), 120, "kube-apiserver /readyz", interval=0.5)
 
     def kubectl(self, *args: str, stdin: str | None = None, kubeconfig: Path | None = None) -> str:
@@ -608,12 +617,58 @@ class LocalCluster:
             raise ClusterError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
         return proc.stdout
 
+    @property
+    def etcd_url(self) -> str:
+        return f"http://127.0.0.1:{json.loads(self.state_file.read_text())['ports']['etcd']}"
+
     def install_crds(self, *paths: Path) -> None:
         """Apply CRD files or directories server-side (the upstream CRDs are too large for
-        client-side apply's last-applied annotation) and wait until all are Established."""
+        client-side apply's last-applied annotation) and wait until those are Established
+        (only those: a list of every CRD would carry all 8 MB of the upstream schemas)."""
+        names: list[str] = []
         for path in paths:
-            self.kubectl("apply", "--server-side", "-f", str(path))
-        self.wait_established()
+            out = self.kubectl("apply", "--server-side", "-f", str(path))
+            names += [
+                line.split()[0].removeprefix(CRD_PREFIX)
+                for line in out.splitlines()
+                if line.startswith(CRD_PREFIX)
+            ]
+        self.wait_established(*names)
+
+    def install_upstream_crds(self, variant: str = "full") -> None:
+        """The upstream CRDs of `variant`: their stored form written into etcd when a
+        capture of it is cached and none of them is here yet (stored_crds.py says why),
+        else applied through the API."""
+        directory = upstream_crds(variant)
+        if self.bin_dir is None:
+            self._load()
+        stored = stored_crds.load(directory, apiserver_version(self.binary("kube-apiserver")))
+        if stored is not None and stored_crds.write_if_absent(self.etcd_url, stored.objects):
+            self.wait_served(stored.served())
+        else:
+            self.install_crds(directory)
+
+    def wait_served(self, resources: Sequence[stored_crds.Served], timeout: float = 60) -> None:
+        """Wait until discovery lists every one of `resources` (the API server serves a CRD
+        once its discovery does)."""
+        wanted: dict[str, set[str]] = {}
+        for r in resources:
+            wanted.setdefault(f"/apis/{r.group}/{r.version}", set()).add(r.plural)
+        ctx = self._admin_context()
+
+        def served() -> bool:
+            for path, plurals in list(wanted.items()):
+                try:
+                    with urllib.request.urlopen(self.server + path, timeout=5, context=ctx) as resp:
+                        listed = {r["name"] for r in json.loads(resp.read()).get("resources", [])}
+                except OSError:
+                    return False
+                if not plurals <= listed:
+                    return False
+                del wanted[path]
+            return True
+
+        _wait(served, timeout, f"the API server to serve {len(resources)} stored resources", 0.2)
 
     def wait_established(self, *names: str, timeout: float = 60) -> None:
         """Wait until the named CRDs (every CRD, when none is named) are Established. Polled:
@@ -755,6 +810,35 @@ def _reap(pid: int, block: bool = False) -> bool:
     return False
 
 
+@functools.cache
+def apiserver_version(binary: str) -> str:
+    """`kube-apiserver --version`: "Kubernetes v1.36.3"."""
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def capture_upstream_crds(variant: str = "full") -> Path:
+    """Capture the stored form of `variant`'s upstream CRDs for this machine's API server,
+    unless it is cached (stored_crds.py); return the capture's file. `make test` runs it
+    among its builds, so no test waits on it."""
+    directory = upstream_crds(variant)
+    version = apiserver_version(str(build_binaries() / "kube-apiserver"))
+    fd = stored_crds.lock(directory)  # test workers or two checkouts may ask at once
+    try:
+        key = stored_crds.capture_key(stored_crds.crd_files(directory), version)
+        if stored_crds.load(directory, version) is None:
+            with running_cluster() as cluster:
+                cluster.install_crds(directory)
+                stored = stored_crds.read(cluster.etcd_url)
+            unready = stored.not_established()
+            if unready:
+                raise ClusterError(f"captured CRDs not Established: {', '.join(unready)}")
+            stored_crds.save(directory, version, stored)
+        return stored_crds.cache_file(directory, key)
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def running_cluster(workdir: Path | None = None) -> Iterator[LocalCluster]:
     """Bring a cluster up for the duration of a block; always tear it down."""
@@ -776,7 +860,9 @@ def default_workdir() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="localcluster", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["build", "crds", "up", "down", "env", "status"])
+    parser.add_argument(
+        "command", choices=["build", "crds", "stored-crds", "up", "down", "env", "status"]
+    )
     parser.add_argument(
         "--dir", type=Path, default=None, help="working directory (default: $KVTIER_CLUSTER_DIR)"
     )
@@ -788,6 +874,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "crds":
             for variant in CRD_VARIANTS:
                 print(upstream_crds(variant))
+        elif args.command == "stored-crds":
+            print(capture_upstream_crds("full"))
         elif args.command == "up":
             cluster.up()
             print(cluster.kubectl("get", "nodes", "-L", "nvidia.com/gpu.product"), end="")

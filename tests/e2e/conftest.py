@@ -17,7 +17,7 @@ from kubernetes import client
 
 from kserve_controller import KServeController
 from kserve_isvc_controller import KServeISVCController
-from localcluster import LocalCluster, upstream_crds
+from localcluster import LocalCluster
 from tests.conftest import api_client
 from tests.e2e.kserve_isvc import (
     KServeISVCCluster,
@@ -34,7 +34,8 @@ REPO = Path(__file__).resolve().parents[2]
 def install_crds(cluster: LocalCluster, kvtier_crds: Path = REPO / "deploy" / "crds") -> None:
     """kvtier's CRDs and the real ones of KServe and Rook (fetched from their Go modules).
     kvtier writes no ODF StorageCluster, so no stand-in for it is needed."""
-    cluster.install_crds(kvtier_crds, upstream_crds("full"))
+    cluster.install_crds(kvtier_crds)
+    cluster.install_upstream_crds("full")
 
 
 @pytest.fixture(scope="session")
