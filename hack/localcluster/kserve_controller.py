@@ -30,8 +30,6 @@ import os
 import re
 import signal
 import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +45,7 @@ from localcluster import (
     free_port,
     log,
     tied,
+    wait_manager_ready,
     write_kubeconfig,
 )
 
@@ -255,7 +254,9 @@ class KServeController:
         )
         logf.close()
         try:
-            self._wait_ready()
+            wait_manager_ready(
+                self.proc, "llmisvc manager", self.health_port, self.webhook_port, self.log_tail
+            )
             self._register_webhooks(ca)
             # The presets go through KServe's own LLMInferenceServiceConfig validation.
             for preset in sorted((self.kserve.dir / PRESETS).glob("config-*.yaml")):
@@ -265,22 +266,6 @@ class KServeController:
             raise
         log(f"KServe {self.kserve.version} llmisvc manager running (pid {self.proc.pid})")
         return self
-
-    def _wait_ready(self) -> None:
-        assert self.proc is not None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ClusterError(f"llmisvc manager exited: {self.log_tail()}")
-            try:
-                url = f"http://127.0.0.1:{self.health_port}/readyz"
-                with urllib.request.urlopen(url, timeout=1) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.3)
-        raise ClusterError(f"llmisvc manager not ready in 60s: {self.log_tail()}")
 
     def _register_webhooks(self, ca: CertificateAuthority) -> None:
         bundle = base64.b64encode(ca.pair.cert.read_bytes()).decode()

@@ -39,8 +39,6 @@ import json
 import os
 import signal
 import subprocess
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +53,7 @@ from localcluster import (
     free_port,
     log,
     tied,
+    wait_manager_ready,
     write_kubeconfig,
 )
 
@@ -208,7 +207,9 @@ class KServeISVCController:
         )
         logf.close()
         try:
-            self._wait_ready()
+            wait_manager_ready(
+                self.proc, "kserve manager", self.health_port, self.webhook_port, self.log_tail
+            )
             self._register_webhooks(ca)
             # KServe's own runtimes, through its ClusterServingRuntime webhook.
             self.cluster.kubectl("apply", "-f", "-", stdin=self.kustomize(RUNTIMES))
@@ -217,22 +218,6 @@ class KServeISVCController:
             raise
         log(f"KServe {self.kserve.version} InferenceService manager running (pid {self.proc.pid})")
         return self
-
-    def _wait_ready(self) -> None:
-        assert self.proc is not None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ClusterError(f"kserve manager exited: {self.log_tail()}")
-            try:
-                url = f"http://127.0.0.1:{self.health_port}/readyz"
-                with urllib.request.urlopen(url, timeout=1) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.3)
-        raise ClusterError(f"kserve manager not ready in 60s: {self.log_tail()}")
 
     def _register_webhooks(self, ca: CertificateAuthority) -> None:
         bundle = base64.b64encode(ca.pair.cert.read_bytes()).decode()

@@ -776,6 +776,32 @@ def fake_gpu_nodes(count: int) -> list[dict[str, object]]:
     ]
 
 
+def wait_manager_ready(
+    proc: subprocess.Popen[bytes],
+    what: str,
+    health_port: int,
+    webhook_port: int,
+    log_tail: Callable[[], str],
+    timeout: float = 60,
+) -> None:
+    """Wait until a controller-runtime manager started as `proc` is ready and its webhook
+    server accepts connections. Its /readyz answers as soon as the probe server is up,
+    before the webhook server listens (no readiness check covers it), and an object applied
+    in that gap fails with "connection refused" from the webhook call."""
+    deadline = time.monotonic() + timeout
+    ready = False
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ClusterError(f"{what} exited: {log_tail()}")
+        ready = ready or _http_ok(f"http://127.0.0.1:{health_port}/readyz")
+        if ready:
+            with suppress(OSError), socket.create_connection(("127.0.0.1", webhook_port), 1):
+                return
+        time.sleep(0.3)
+    state = "its webhook server not listening" if ready else "not ready"
+    raise ClusterError(f"{what} {state} in {timeout:.0f}s: {log_tail()}")
+
+
 def _http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:

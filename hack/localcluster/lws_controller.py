@@ -24,8 +24,6 @@ import json
 import os
 import signal
 import subprocess
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +37,7 @@ from localcluster import (
     free_port,
     log,
     tied,
+    wait_manager_ready,
     write_kubeconfig,
 )
 
@@ -216,7 +215,9 @@ class LWSController:
         )
         logf.close()
         try:
-            self._wait_ready()
+            wait_manager_ready(
+                self.proc, "lws manager", self.health_port, self.webhook_port, self.log_tail
+            )
             bundle = base64.b64encode(ca.pair.cert.read_bytes()).decode()
             docs = webhook_configurations(
                 self.module, f"https://127.0.0.1:{self.webhook_port}", bundle
@@ -227,22 +228,6 @@ class LWSController:
             raise
         log(f"LWS {self.version} manager running (pid {self.proc.pid})")
         return self
-
-    def _wait_ready(self) -> None:
-        assert self.proc is not None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ClusterError(f"lws manager exited: {self.log_tail()}")
-            try:
-                url = f"http://127.0.0.1:{self.health_port}/readyz"
-                with urllib.request.urlopen(url, timeout=1) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.3)
-        raise ClusterError(f"lws manager not ready in 60s: {self.log_tail()}")
 
     def log_tail(self, chars: int = 3000) -> str:
         return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
