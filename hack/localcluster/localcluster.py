@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from cryptography import x509
@@ -624,7 +625,8 @@ class LocalCluster:
     def install_crds(self, *paths: Path) -> None:
         """Apply CRD files or directories server-side (the upstream CRDs are too large for
         client-side apply's last-applied annotation) and wait until those are Established
-        (only those: a list of every CRD would carry all 8 MB of the upstream schemas)."""
+        (only those: a list of every CRD would carry all 8 MB of the upstream schemas), then
+        until the API server serves them (wait_served)."""
         names: list[str] = []
         for path in paths:
             out = self.kubectl("apply", "--server-side", "-f", str(path))
@@ -633,7 +635,7 @@ class LocalCluster:
                 for line in out.splitlines()
                 if line.startswith(CRD_PREFIX)
             ]
-        self.wait_established(*names)
+        self.wait_served(stored_crds.served_by(self.wait_established(*names)))
 
     def install_upstream_crds(self, variant: str = "full") -> None:
         """The upstream CRDs of `variant`: their stored form written into etcd when a
@@ -649,38 +651,38 @@ class LocalCluster:
             self.install_crds(directory)
 
     def wait_served(self, resources: Sequence[stored_crds.Served], timeout: float = 60) -> None:
-        """Wait until discovery lists every one of `resources` (the API server serves a CRD
-        once its discovery does)."""
-        wanted: dict[str, set[str]] = {}
-        for r in resources:
-            wanted.setdefault(f"/apis/{r.group}/{r.version}", set()).add(r.plural)
+        """Wait until clients can use every one of `resources`: discovery lists it and
+        /openapi/v3 describes it (stored_crds.unserved says why both)."""
         ctx = self._admin_context()
+        left = list(resources)
+
+        def get(path: str) -> dict[str, Any] | None:
+            try:
+                with urllib.request.urlopen(self.server + path, timeout=10, context=ctx) as resp:
+                    found: dict[str, Any] = json.loads(resp.read())
+                    return found
+            except OSError:  # 404 until the API server has it; a refused or slow answer
+                return None
 
         def served() -> bool:
-            for path, plurals in list(wanted.items()):
-                try:
-                    with urllib.request.urlopen(self.server + path, timeout=5, context=ctx) as resp:
-                        listed = {r["name"] for r in json.loads(resp.read()).get("resources", [])}
-                except OSError:
-                    return False
-                if not plurals <= listed:
-                    return False
-                del wanted[path]
-            return True
+            left[:] = stored_crds.unserved(left, get)
+            return not left
 
-        _wait(served, timeout, f"the API server to serve {len(resources)} stored resources", 0.2)
+        _wait(served, timeout, f"the API server to serve {len(resources)} resources of CRDs", 0.2)
 
-    def wait_established(self, *names: str, timeout: float = 60) -> None:
-        """Wait until the named CRDs (every CRD, when none is named) are Established. Polled:
-        `kubectl wait --for=condition=Established` fails at once on a CRD whose status holds
-        no condition yet, as a just-created one may on a loaded machine."""
+    def wait_established(self, *names: str, timeout: float = 60) -> list[dict[str, Any]]:
+        """Wait until the named CRDs (every CRD, when none is named) are Established; the
+        CRDs as then read. Polled: `kubectl wait --for=condition=Established` fails at once
+        on a CRD whose status holds no condition yet, as a just-created one may on a loaded
+        machine."""
+        items: list[dict[str, Any]] = []
 
         def established() -> bool:
             try:  # a CRD not served yet is a wait too
                 found = json.loads(self.kubectl("get", "crd", *names, "-o", "json"))
             except ClusterError:
                 return False
-            items = found.get("items", [found])
+            items[:] = found.get("items", [found])
             return bool(items) and all(
                 any(
                     c.get("type") == "Established" and c.get("status") == "True"
@@ -690,6 +692,7 @@ class LocalCluster:
             )
 
         _wait(established, timeout, f"CRDs Established: {', '.join(names) or 'all'}", 0.5)
+        return items
 
     def _bootstrap(self) -> None:
         _wait(

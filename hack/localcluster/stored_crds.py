@@ -23,7 +23,7 @@ import hashlib
 import json
 import os
 import urllib.request
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,17 +52,7 @@ class Stored:
     objects: tuple[tuple[str, str], ...]
 
     def served(self) -> list[Served]:
-        out = []
-        for _, value in self.objects:
-            crd = json.loads(base64.b64decode(value))
-            spec = crd["spec"]
-            versions = spec.get("versions") or [{"name": spec.get("version"), "served": True}]
-            out += [
-                Served(spec["group"], v["name"], spec["names"]["plural"])
-                for v in versions
-                if v.get("served")
-            ]
-        return out
+        return served_by(json.loads(base64.b64decode(value)) for _, value in self.objects)
 
     def not_established(self) -> list[str]:
         """The CRDs whose stored status does not say Established: a capture must not keep
@@ -79,6 +69,43 @@ class Stored:
 
     def to_json(self, key: str) -> str:
         return json.dumps({"layout": LAYOUT, "key": key, "objects": self.objects})
+
+
+def served_by(crds: Iterable[Mapping[str, Any]]) -> list[Served]:
+    """The resources these CRD objects serve, one per served version."""
+    out = []
+    for crd in crds:
+        spec = crd["spec"]
+        versions = spec.get("versions") or [{"name": spec.get("version"), "served": True}]
+        out += [
+            Served(spec["group"], v["name"], spec["names"]["plural"])
+            for v in versions
+            if v.get("served")
+        ]
+    return out
+
+
+def unserved(
+    resources: Iterable[Served], get: Callable[[str], Mapping[str, Any] | None]
+) -> list[Served]:
+    """Those of `resources` a client cannot use yet: not listed by discovery
+    (`/apis/<group>/<version>`), or not described by `/openapi/v3/apis/<group>/<version>`.
+    The API server's OpenAPI controller publishes a CRD's schema a moment after discovery
+    lists it (one CRD at a time; a group version appears in the index with its first CRD),
+    and a client that reads schemas before applying, as the operator does, finds none in
+    that moment. `get` returns a path's JSON, or None when it is not there (yet)."""
+    by_gv: dict[tuple[str, str], list[Served]] = {}
+    for r in resources:
+        by_gv.setdefault((r.group, r.version), []).append(r)
+    missing: list[Served] = []
+    for (group, version), wanted in by_gv.items():
+        discovery = get(f"/apis/{group}/{version}") or {}
+        listed = {str(r.get("name")) for r in discovery.get("resources") or []}
+        spec = (get(f"/openapi/v3/apis/{group}/{version}") if listed else None) or {}
+        # A resource's paths end in its plural, or in its plural then {name}, /status, ...
+        segments = {part for path in spec.get("paths") or {} for part in path.split("/")}
+        missing += [r for r in wanted if r.plural not in listed or r.plural not in segments]
+    return missing
 
 
 def capture_key(files: Iterable[Path], apiserver_version: str) -> str:

@@ -101,3 +101,37 @@ def test_a_capture_names_the_crds_not_established() -> None:
         )
     )
     assert stored.not_established() == ["b.example.io"]
+
+
+ISVC = Served("serving.kserve.io", "v1beta1", "inferenceservices")
+ROUTE = Served("serving.kserve.io", "v1beta1", "inferencegraphs")
+
+
+def _api(discovery: list[str] | None, paths: list[str] | None) -> Any:
+    """A getter over an API server whose v1beta1 discovery lists `discovery` and whose
+    OpenAPI v3 document of it has `paths` (None: not there)."""
+
+    def get(path: str) -> dict[str, Any] | None:
+        if path == "/apis/serving.kserve.io/v1beta1" and discovery is not None:
+            return {"resources": [{"name": n} for n in discovery]}
+        if path == "/openapi/v3/apis/serving.kserve.io/v1beta1" and paths is not None:
+            return {"paths": {p: {} for p in paths}}
+        return None
+
+    return get
+
+
+def test_a_resource_is_served_once_discovery_lists_it_and_openapi_describes_it() -> None:
+    both = [ISVC, ROUTE]
+    namespaced = "/apis/serving.kserve.io/v1beta1/namespaces/{namespace}/"
+    assert stored_crds.unserved(both, _api(None, None)) == both
+    # Discovery lists both before the OpenAPI controller has published either.
+    assert stored_crds.unserved(both, _api(["inferenceservices", "inferencegraphs"], None)) == both
+    # The group version is in the index with its first CRD; the other is not described yet.
+    first = [namespaced + "inferenceservices", namespaced + "inferenceservices/{name}/status"]
+    listed = ["inferenceservices", "inferencegraphs"]
+    assert stored_crds.unserved(both, _api(listed, first)) == [ROUTE]
+    everything = [*first, namespaced + "inferencegraphs/{name}"]
+    assert stored_crds.unserved(both, _api(listed, everything)) == []
+    # Described but not (any longer) listed by discovery is not served either.
+    assert stored_crds.unserved(both, _api(["inferencegraphs"], everything)) == [ISVC]
