@@ -82,8 +82,8 @@ rook:
 # tests/e2e/test_epp_oracle.py loads kvtier's scheduler configs with it.
 # After KServe's: gateway-api-inference-extension v1.5.0 resolves 76 of the 77 modules it shares
 # with KServe's graph at the same versions (Kubernetes' client, controller-runtime, gRPC), so
-# built after it the oracle finds most of its packages compiled (1 min 50 s of CPU instead of
-# 2 min 56 s); built beside it, both compiled them.
+# built after it the oracle finds those packages compiled (alone: 1 min 50 s of CPU instead of
+# 2 min 56 s). Built beside it, the two compiled some of them twice.
 epp-oracle: | kserve
 	$(PHASE) epp-oracle -- hack/oracles/epp/build --all >/dev/null
 
