@@ -133,11 +133,7 @@ e2e: venv cluster-bin validators prometheus upstream-crds stored-crds kserve lws
 # them: with the builds cached they were the last 20 s before the first test.
 test: pytest lint check-generated check-manifests
 
-# One collection first, in one process, leaves the bytecode and pytest's rewritten test modules
-# in __pycache__: the workers, which all start at once, then read them instead of each
-# compiling and rewriting the whole suite (about 4 CPU-s per worker).
 pytest: venv deps cluster-bin validators prometheus upstream-crds stored-crds kserve lws rook epp-oracle
-	$(PHASE) pytest-collect -- $(BIN)/pytest --collect-only -q -n 0 >/dev/null
 	$(PHASE) pytest -- $(BIN)/pytest $(PARALLEL)
 
 demo: venv deps cluster-bin-demo upstream-crds
