@@ -694,12 +694,25 @@ class LocalCluster:
         _wait(established, timeout, f"CRDs Established: {', '.join(names) or 'all'}", 0.5)
         return items
 
+    def restart_if_exited(self, name: str) -> bool:
+        """Start `name` again if the process it recorded has exited; whether it had."""
+        pid = int((self.workdir / "pids" / f"{name}.pid").read_text())
+        if process_alive(pid):
+            return False
+        _reap(pid, block=_zombie(pid))
+        log(f"{name} exited; starting it again (its log: {self.workdir / 'logs'})")
+        self.start(name)
+        return True
+
     def _bootstrap(self) -> None:
-        _wait(
-            lambda: _succeeds(lambda: self.kubectl("get", "serviceaccount", "default")),
-            60,
-            "the default ServiceAccount (controller-manager)",
-        )
+        def default_service_account() -> bool:
+            # The controller manager exits when the API server is not healthy within 10 s of
+            # its start (cmd/kube-controller-manager), as on a machine where several control
+            # planes start at once; its own comment asks to start it with the API server.
+            self.restart_if_exited("kube-controller-manager")
+            return _succeeds(lambda: self.kubectl("get", "serviceaccount", "default"))
+
+        _wait(default_service_account, 60, "the default ServiceAccount (controller-manager)")
         self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(fake_gpu_nodes(self.nodes)))
         self._operator_identity()
         _wait(self._nodes_ready, 60, f"{self.nodes} Ready GPU nodes (kwok)")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from localcluster import LocalCluster
+from localcluster import Component, LocalCluster, process_alive
 
 # The leader thread leaves (the exit system call, not exit_group) while another thread runs
 # on for a moment: the state a Go binary of many threads passes through as it exits, where
@@ -28,6 +28,9 @@ threading.Thread(target=last).start()
 print("leaving", flush=True)
 ctypes.CDLL(None).syscall({nr}, 0)
 """
+
+# A component that sleeps this many seconds, then exits.
+_SLEEP = "import time; time.sleep({})"
 
 
 def _state(pid: int) -> str | None:
@@ -56,3 +59,32 @@ def test_a_component_whose_leader_exits_first_is_collected(tmp_path: Path) -> No
     with pytest.raises(ChildProcessError):  # collected by stop, not left to this test
         os.waitpid(proc.pid, os.WNOHANG)
     assert not (tmp_path / "pids" / "thing.pid").exists()
+
+
+def test_a_component_that_exited_is_started_again(tmp_path: Path) -> None:
+    """The controller manager gives the API server 10 s to be healthy, then exits: the
+    bootstrap starts it again instead of waiting a minute for a ServiceAccount it would
+    never make."""
+    for sub in ("pids", "logs"):
+        (tmp_path / sub).mkdir()
+    cluster = LocalCluster(tmp_path)
+    name = "kube-controller-manager"
+    # Alive past start()'s own check (0.2 s), then gone.
+    cluster.components = {name: Component(name, [sys.executable, "-c", _SLEEP.format(0.6)])}
+    cluster.start(name)
+    first = int((tmp_path / "pids" / f"{name}.pid").read_text())
+    assert not cluster.restart_if_exited(name), "a running component is left alone"
+    deadline = time.monotonic() + 5
+    while process_alive(first) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    cluster.components[name].argv[-1] = _SLEEP.format(30)
+    assert cluster.restart_if_exited(name)
+    second = int((tmp_path / "pids" / f"{name}.pid").read_text())
+    try:
+        assert second != first and process_alive(second)
+        assert not cluster.restart_if_exited(name)
+        with pytest.raises(ChildProcessError):  # the exited one was collected
+            os.waitpid(first, os.WNOHANG)
+    finally:
+        cluster.stop(name)
+    assert not process_alive(second)
