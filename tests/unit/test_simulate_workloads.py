@@ -8,10 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
+import simpy
 
-from kvtier.simulate import SimConfig, Simulation, derive, simulate
-from kvtier.simulate.engine import run_scenario
-from kvtier.simulate.workload import SharedPrefix, Stages, Trace, read_trace
+from kvtier.simulate import SimConfig, Simulation, derive, llmd_gpt_oss_config, simulate
+from kvtier.simulate.cache import PrefixLRU, block_chain_hit, store_chain
+from kvtier.simulate.engine import Replica, Request, Stats, run_scenario
+from kvtier.simulate.router import Router
+from kvtier.simulate.workload import Segment, SharedPrefix, Stages, Trace, read_trace
 from kvtier.sizing import SizingError
 
 GiB = 1 << 30
@@ -114,7 +117,7 @@ def test_a_restore_under_way_counts_as_waiting_and_the_router_weighs_it() -> Non
     for i, replica in enumerate(replicas):
         replica.submit = lambda r, i=i: picked.append(i)  # type: ignore[method-assign,misc]
     other = ((("other", 1), 6_000),)
-    store_chain(router.index[0], other, 6_000)  # and the router believes it holds the next one
+    store_chain(router.index.lrus[0], other, 6_000)  # and the router believes it holds the next one
     router.route(Request(other, output=10, arrival=0.0, affinity=1))
     assert picked == [1]  # queue 0 + prefix 1 there, against queue 2 + prefix 0 here
     env.run(until=1.0)
@@ -339,12 +342,13 @@ def test_agentic_concurrency_is_set_apart_from_the_sessions() -> None:
 def test_a_connector_that_turns_the_hybrid_kv_cache_off_costs_sliding_layers_full_kv() -> None:
     from kvtier.simulate import llmd_gpt_oss_config, study_config
 
-    hybrid = derive(llmd_gpt_oss_config())
+    hybrid = derive(llmd_gpt_oss_config(offload_every_block=False))
     naive = hybrid.without_hybrid()
     assert hybrid.window_tokens == 128 and naive.window_tokens == 0
     assert naive.bytes_per_token == 73_728  # 36 layers × 8 KV heads × 64 × 2 × 2 bytes
     assert naive.gpu_kv_tokens < 0.55 * hybrid.gpu_kv_tokens
     assert naive.cpu_tokens < 0.55 * hybrid.cpu_tokens
+    assert naive.gpu_blocks < 0.55 * hybrid.gpu_blocks
     dense = derive(study_config())  # no sliding-window layers: nothing changes
     assert dense.without_hybrid() is dense
 
@@ -360,3 +364,98 @@ def test_waiting_stages_send_rate_times_seconds_and_start_on_idle_servers() -> N
     result = simulate(config).results[0]
     assert [s["requests"] for s in result.stages] == [60, 240]
     assert result.requests == 300  # the run ends once the last stage is answered
+
+
+def _llmd_replicas(n: int, **changes: object) -> tuple[simpy.Environment, list[Replica], Router]:
+    """n of llm-d's gpt-oss-120b servers with their CPU tiers, and the guide's router."""
+    config = llmd_gpt_oss_config(replicas=n, **changes)
+    derived = derive(config)
+    env = simpy.Environment()
+    replicas = [Replica(env, config, derived, True, None, Stats(warmup=0.0)) for _ in range(n)]
+    router = Router(config, replicas, derived.block_tokens, cpu=True, gpu_blocks=derived.gpu_blocks)
+    return env, replicas, router
+
+
+def _prompt(group: int, question: int) -> tuple[Segment, ...]:
+    return ((("group", group), 16_491), (("question", group, question), 264))
+
+
+def _request(segments: tuple[Segment, ...]) -> Request:
+    return Request(segments, output=4, arrival=0.0, affinity=0)
+
+
+def _picks(router: Router, prompts: list[tuple[Segment, ...]]) -> list[int]:
+    """The replicas the router sends `prompts` to, one after another (not submitted)."""
+    picked: list[int] = []
+    for i, replica in enumerate(router.replicas):
+        replica.submit = lambda r, i=i: picked.append(i)  # type: ignore[method-assign,misc]
+    for segments in prompts:
+        router.route(_request(segments))
+    return picked
+
+
+def test_the_no_hit_lru_scorer_spreads_cold_requests_least_recently_used_first() -> None:
+    # Only the no-hit-LRU scorer weighs: a request no replica's GPU index matches goes to a
+    # replica never given one (in order), then to the one given one least recently; a request
+    # some replica matches scores 0.5 everywhere and leaves that order as it was.
+    _, _, router = _llmd_replicas(3, router_weights=(0.0, 0.0, 0.0), cpu_prefix_weight=0.0)
+    assert _picks(router, [_prompt(g, 0) for g in range(4)]) == [0, 1, 2, 0]
+    assert router.cold_order == [1, 2, 0]
+    assert router._no_hit_scores(cold=True) == [0.0, 1.0, 0.5]  # by rank: 1, 2, 0
+    assert router._no_hit_scores(cold=False) == [0.5, 0.5, 0.5]
+    _picks(router, [_prompt(1, 3)])  # group 1's prefix is in replica 1's index: not cold
+    assert router.cold_order == [1, 2, 0]
+    assert _picks(router, [_prompt(9, 0)]) == [1]
+
+
+def test_the_autotuned_gpu_index_matches_whole_prompts_in_the_servers_blocks() -> None:
+    # llm-d's GPU prefix producer takes vLLM's block size (128) and GPU block count: 256
+    # blocks reach past a 16,755-token prompt, so a replica that saw the very prompt scores
+    # above one that saw its group with another question (130 blocks against 128); with
+    # 16-token blocks, 4,096 tokens are matched and both look the same.
+    _, replicas, router = _llmd_replicas(2, router_weights=(0.0, 0.0, 1.0), cpu_prefix_weight=0.0)
+    index = router.index
+    assert index.block == 128 and replicas[0].d.gpu_blocks == 1_733
+    assert index.lrus[0].capacity == 1_733 * 128
+    store_chain(index.lrus[0], _prompt(0, 1), 16_755)
+    store_chain(index.lrus[1], _prompt(0, 0), 16_755)
+    # Replica 0 matches up to the prefix's last block boundary, replica 1 the whole prompt.
+    assert index.hits(_prompt(0, 0), 16_755) == [16_384, 16_755]
+    assert _picks(router, [_prompt(0, 0)]) == [1]
+    _, _, fixed = _llmd_replicas(2, router_autotune=False)
+    assert fixed.index.block == 16 and fixed.index.limit == 4_096
+
+
+def test_vllm_0_22s_connector_stores_every_block_as_it_is_computed() -> None:
+    # Every block a prefill computes is stored at that step, sliding-window ones too: the
+    # tier holds half a prompt before its prefill ends and returns a group's prefix from
+    # another question's prompt; a prompt-end connector returns only whole prompts it stored.
+    for every_block, half, prefix in ((True, 8_192, 16_384), (False, 0, 0)):
+        env, replicas, _ = _llmd_replicas(1, offload_every_block=every_block)
+        replica = replicas[0]
+        assert replica.cpu is not None
+        replica.submit(_request(_prompt(0, 0)))
+        env.run(until=0.3)  # one engine step: 8,192 prompt tokens
+        assert replica.cpu.cached(("group", 0)) == half
+        env.run(until=5.0)
+        assert replica._tier_hit(replica.cpu, _prompt(0, 1)) == prefix
+        assert replica._tier_hit(replica.cpu, _prompt(0, 0)) == 16_755
+
+
+def test_vllm_0_22s_cpu_tier_holds_a_window_block_beside_each_full_attention_one() -> None:
+    # 100 GiB ÷ 4,718,592-byte blocks (18 layers × 128 tokens) = 22,755 blocks, two a chunk.
+    assert derive(llmd_gpt_oss_config()).cpu_tokens == 22_755 // 2 * 128
+    prompt_end = derive(llmd_gpt_oss_config(offload_every_block=False))
+    assert prompt_end.cpu_tokens > 1.9 * 22_755 // 2 * 128
+
+
+def test_a_block_chain_hit_stops_at_the_prompts_own_block_boundaries() -> None:
+    cache = PrefixLRU(1 << 20, 128)
+    segments = ((("group", 0), 300), (("question", 0), 200))
+    assert block_chain_hit(cache, segments) == 0
+    store_chain(cache, segments[:1], 300)  # its whole blocks: 256 tokens
+    assert block_chain_hit(cache, segments) == 256
+    store_chain(cache, segments, 500)
+    assert block_chain_hit(cache, segments) == 500  # the prompt's end
+    cache.shrink(256)  # the group's tail block goes first (least recently used)
+    assert block_chain_hit(cache, segments) == 128

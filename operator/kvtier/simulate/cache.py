@@ -65,6 +65,20 @@ def chain_hit(cache: PrefixLRU, segments: Sequence[tuple[Hashable, int]]) -> int
     return total
 
 
+def block_chain_hit(cache: PrefixLRU, segments: Sequence[tuple[Hashable, int]]) -> int:
+    """Leading tokens of a prompt's chain `cache` holds, up to one of the prompt's own block
+    boundaries (or its end). A segment ending inside a block counts whole once its whole
+    blocks are held: the block it shares with the next segment is held with that one."""
+    block = cache.block
+    end = 0
+    for key, tokens in segments:
+        held = min(cache.cached(key), tokens)
+        if held < tokens - tokens % block:
+            return end + held - (end + held) % block
+        end += tokens
+    return end
+
+
 def store_chain(cache: PrefixLRU, segments: Sequence[tuple[Hashable, int]], tokens: int) -> None:
     """Hold the first `tokens` of a prompt's chain in `cache` (whole blocks)."""
     for key, n in segments:

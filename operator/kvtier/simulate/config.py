@@ -24,6 +24,7 @@ ROUTINGS = ("random", "round-robin", "sticky", "prefix")
 # prefix-cache-scorer 3 (docs/simulator.md); and the prefix index's default capacity.
 DEFAULT_ROUTER_WEIGHTS = (2.0, 2.0, 3.0)
 DEFAULT_LRU_CAPACITY_PER_SERVER = 31_250
+ROUTER_BLOCK_TOKENS = 16  # the prefix producer's default blockSizeTokens (vLLM's default block)
 # always: every hit is restored, as vLLM does; faster: a disk restore that the tier's queue
 # would make slower than recomputing the part is skipped (a load-aware what-if).
 RESTORE_POLICIES = ("always", "faster")
@@ -155,12 +156,24 @@ class SimConfig:
     routing: str = "random"
     router_weights: tuple[float, float, float] = DEFAULT_ROUTER_WEIGHTS  # queue, KV, prefix
     lru_capacity_per_server: int = DEFAULT_LRU_CAPACITY_PER_SERVER  # router index, in blocks
+    # The prefix producer's autoTune: the GPU index takes the servers' block size and GPU
+    # block count (vLLM's metrics) instead of 16-token blocks and lru_capacity_per_server.
+    router_autotune: bool = False
     # llm-d's tiered routing: a second prefix scorer for what the CPU tiers hold, weighed
     # beside the others when the scenario has a CPU tier (0: none), with its own index.
     cpu_prefix_weight: float = 0.0
-    cpu_lru_capacity_per_server: int = 41_000
+    cpu_lru_capacity_per_server: int = DEFAULT_LRU_CAPACITY_PER_SERVER
+    cpu_router_block_tokens: int = ROUTER_BLOCK_TOKENS
+    # llm-d's no-hit-lru-scorer: a request no server's GPU index matches goes to the server
+    # that took such a request least recently (0: none).
+    no_hit_lru_weight: float = 0.0
     restore_policy: str = "always"
-    offload_prompt_only: bool = True  # the OffloadingConnector's default: outputs stay on GPU
+    offload_prompt_only: bool = True  # the OffloadingConnector's option: outputs stay on GPU
+    # When the OffloadingConnector stores. False: a prompt once its prefill ends, and with
+    # sliding-window layers their chunk only at its end. True (vLLM v0.22.0): every block
+    # the engine computes, each step, a sliding-window block beside each full-attention one,
+    # so a tier returns any stored block boundary and a token takes every layer's bytes there.
+    offload_every_block: bool = False
     # Whether vLLM keeps its hybrid KV cache manager on with the offloading connector (the
     # default since the connector supports it, vLLM 0.21-0.22); False: it is turned off, as
     # any --kv-transfer-config did before (docs/simulator.md). Only models with
@@ -184,8 +197,13 @@ class SimConfig:
         _positive("maxNumSeqs", self.max_num_seqs)
         _positive("lruCapacityPerServer", self.lru_capacity_per_server)
         _positive("cpuLruCapacityPerServer", self.cpu_lru_capacity_per_server)
-        if not (math.isfinite(self.cpu_prefix_weight) and self.cpu_prefix_weight >= 0):
-            raise SizingError("cpuPrefixWeight", "must be zero or more")
+        _positive("cpuRouterBlockTokens", self.cpu_router_block_tokens)
+        for name, weight in (
+            ("cpuPrefixWeight", self.cpu_prefix_weight),
+            ("noHitLruWeight", self.no_hit_lru_weight),
+        ):
+            if not (math.isfinite(weight) and weight >= 0):
+                raise SizingError(name, "must be zero or more")
         if self.active_parameters is not None:
             _positive("activeParameters", self.active_parameters)
             if self.active_parameters > self.parameters:
@@ -254,16 +272,17 @@ def study_config(**overrides: object) -> SimConfig:
     return SimConfig(**{**base, **overrides})  # type: ignore[arg-type]
 
 
-# llm-d's tiered-prefix-cache benchmark (guides/tiered-prefix-cache in the llm-d repository,
-# gpt-oss-120b on H100): the stages it ran and what it published per stage.
+# llm-d's tiered-prefix-cache benchmark (guides/tiered-prefix-cache/benchmark-results-gpt-oss-
+# 120b.md, added by llm-d commit 7489b5cc): the stages it ran.
 LLMD_RATES = (5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0)
 
 
 def llmd_gpt_oss_config(**overrides: object) -> SimConfig:
     """llm-d's gpt-oss-120b sweep: 16 servers of one H100 at TP 1, a 100 GiB CPU tier each,
     250 groups × 5 questions of 16,000 + 256 tokens and 256 output tokens, Poisson stages of
-    60 s from 5 to 40 requests/s, the tiered guide's router. docs/simulator.md gives the
-    source of each value; nothing here is set from the published results."""
+    60 s from 5 to 40 requests/s, the tiered guide's router, vLLM v0.22.0. docs/simulator.md
+    gives the source (commit and file) of each value; nothing here is set from the published
+    results."""
     from kvtier.simulate.models import MODEL_PARAMETERS
     from kvtier.simulate.workload import Stages
 
@@ -280,10 +299,22 @@ def llmd_gpt_oss_config(**overrides: object) -> SimConfig:
         "block_tokens": 128,
         "max_num_seqs": 512,
         "replicas": 16,
+        # The guide's router at the benchmark's commit (tiered-prefix-cache-cpu.values.yaml):
+        # queue, KV cache, GPU prefix, CPU prefix and no-hit-LRU scorers, all weighed 1.
         "routing": "prefix",
-        "router_weights": (2.0, 2.0, 1.0),  # the guide's queue 2, KV 2, GPU prefix 1
-        "cpu_prefix_weight": 1.0,  # and CPU prefix 1, its index 41,000 blocks per server
+        "router_weights": (1.0, 1.0, 1.0),
+        "router_autotune": True,  # the GPU producer's default autoTune
+        "cpu_prefix_weight": 1.0,
+        # The CPU producer: autoTune false, lruCapacityPerServer 82,000, blockSizeTokens its
+        # default 16, which the router of that time (llm-d-router main) raises to its 64.
+        "cpu_lru_capacity_per_server": 82_000,
+        "cpu_router_block_tokens": 64,
+        "no_hit_lru_weight": 1.0,
         "cpu_bytes": 100 * GiB,  # cpu_bytes_to_use 107374182400
+        # vLLM v0.22.0 (the image the guide set): its OffloadingConnector has no prompt-only
+        # option and stores every block it computes, sliding-window ones too.
+        "offload_prompt_only": False,
+        "offload_every_block": True,
         "disk": None,
         # inference-perf's shared_prefix data and stages: the shuffled list of prompts from
         # its start every stage, rate × 60 s requests, all answered, then the profile's

@@ -16,8 +16,9 @@ preemption does. Admission takes the prefix from the GPU prefix cache, then the 
 then the disk tier; only what none holds is computed. Restores cost no GPU time: the request
 waits for its copies (a disk tier's bandwidth is one queue, shared by all replicas when the
 tier is shared) while the GPU serves others. Computed prompt blocks are stored in the CPU
-tier and written through to the disk tier; output blocks too with offload_prompt_only off
-(the OffloadingConnector's option, on by default).
+tier and written through to the disk tier once the prefill ends (with offload_every_block,
+as vLLM v0.22.0 does, at every step that computes them); output blocks too with
+offload_prompt_only off, when the request finishes.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 
 import simpy
 
-from kvtier.simulate.cache import PrefixLRU, chain_hit, store_chain
+from kvtier.simulate.cache import PrefixLRU, block_chain_hit, chain_hit, store_chain
 from kvtier.simulate.config import SimConfig, Workload
 from kvtier.simulate.router import Router
 from kvtier.simulate.setup import Derived
@@ -189,6 +190,7 @@ class Replica:
         self.disk = disk
         self.load_aware = config.restore_policy == "faster"
         self.prompt_only = config.offload_prompt_only
+        self.every_block = config.offload_every_block  # stores each step, not at prefill end
         self.stats = stats
         self.budget = config.max_batched_tokens
         self.max_seqs = config.max_num_seqs
@@ -350,13 +352,15 @@ class Replica:
         it stored (its prompt), so a stored prefix is found only up to such an end."""
         if not self.window:
             return chain_hit(tier, segments)
+        if self.every_block:  # every window block stored: any stored block boundary
+            return block_chain_hit(tier, segments)
         return self._hybrid_hit(segments, tier.cached, tier)[0]
 
     def _tier_store(self, tier: PrefixLRU, segments: tuple[Segment, ...], tokens: int) -> None:
         """Store the first `tokens` of a chain in a tier (and, with sliding-window layers,
         the window's chunk where the stored part ends, if that is a segment's end)."""
         store_chain(tier, segments, tokens)
-        if not self.window:
+        if not self.window or self.every_block:
             return
         end = 0
         for key, n in segments:
@@ -365,6 +369,15 @@ class Replica:
                 tier.touch(("window", key, n), self.window)
             if end >= tokens:
                 return
+
+    def _store_computed(self, request: Request) -> None:
+        """Store a prefill's blocks as the step computes them (vLLM v0.22.0's connector)."""
+        if self.cpu is None:
+            return
+        segments = request.schedule_segments()
+        self._tier_store(self.cpu, segments, request.position)
+        if self.disk is not None:
+            self._tier_store(self.disk.cache, segments, request.position)
 
     def _count_blocked(self, steps: int) -> None:
         """vLLM looks a waiting request up in its prefix cache at every engine step that tries
@@ -489,6 +502,8 @@ class Replica:
                 request.position += n
                 if self.window:
                     self._passed(request, before)
+                if self.every_block:
+                    self._store_computed(request)
                 if request.position == request.prompt_now:
                     self.prefilling.remove(request)
                     self.prefilled(request)
@@ -652,7 +667,7 @@ def run_scenario(
         )
         for _ in range(config.replicas)
     ]
-    router = Router(config, replicas, derived.block_tokens, cpu=cpu)
+    router = Router(config, replicas, derived.block_tokens, cpu=cpu, gpu_blocks=derived.gpu_blocks)
     w = config.workload
     if isinstance(w, Workload) and w.concurrency:
         pool: simpy.Store = simpy.Store(env)

@@ -70,10 +70,13 @@ class Simulation:
             "routing": c.routing,
             "routerWeights": list(c.router_weights),
             "lruCapacityPerServer": c.lru_capacity_per_server,
+            "routerAutotune": c.router_autotune,
             "cpuPrefixWeight": c.cpu_prefix_weight,
+            "noHitLruWeight": c.no_hit_lru_weight,
             "connectorHybridKV": c.connector_hybrid_kv,
             "prefillReferenceTokens": c.prefill_reference_tokens,
             "offloadPromptOnly": c.offload_prompt_only,
+            "offloadEveryBlock": c.offload_every_block,
             "restorePolicy": c.restore_policy,
             "disk": None
             if disk is None

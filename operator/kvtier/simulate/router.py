@@ -10,8 +10,11 @@ picker) with its scorers weighed and the highest score picked, ties at random:
   waiting as vLLM's num_requests_waiting counts it, with the requests whose prefix is still
   being loaded from the CPU or disk tier.
 - kv-cache-utilization-scorer: 1 − the replica's KV-cache usage.
-Weights and capacity: SimConfig.router_weights and lru_capacity_per_server (docs/simulator.md
-gives their sources).
+- no-hit-lru-scorer (with its weight set): 0.5 everywhere when some replica's index matches a
+  block of the request; otherwise replicas that never took such a cold request first, then
+  the least recently chosen for one: 1 − rank ÷ (replicas − 1).
+Weights and capacities: SimConfig.router_weights, lru_capacity_per_server, router_autotune
+and the CPU scorer's fields (docs/simulator.md gives their sources).
 """
 
 from __future__ import annotations
@@ -20,36 +23,63 @@ import random
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
-from kvtier.simulate.cache import PrefixLRU, chain_hit, store_chain
-from kvtier.simulate.config import SimConfig
+from kvtier.simulate.cache import PrefixLRU, block_chain_hit, store_chain
+from kvtier.simulate.config import ROUTER_BLOCK_TOKENS, SimConfig
 
 if TYPE_CHECKING:
     from kvtier.simulate.engine import Replica, Request
+    from kvtier.simulate.workload import Segment
 
-ROUTER_BLOCK_TOKENS = 16  # the index's block: vLLM's default block size
 # The scorer hashes at most this many leading blocks of a prompt (its maxPrefixBlocksToMatch):
-# two prompts alike in their first 4,096 tokens look the same to it.
+# two prompts alike that far look the same to it.
 MAX_PREFIX_BLOCKS = 256
+
+
+class PrefixIndex:
+    """One prefix producer's belief: an LRU of its blocks per replica, fed with every request
+    routed there, matching at most MAX_PREFIX_BLOCKS blocks of a prompt."""
+
+    def __init__(self, replicas: int, blocks: int, block_tokens: int) -> None:
+        self.block = block_tokens
+        self.lrus = [PrefixLRU(blocks * block_tokens, block_tokens) for _ in range(replicas)]
+        self.limit = MAX_PREFIX_BLOCKS * block_tokens
+
+    def hits(self, segments: Sequence[Segment], hashed: int) -> list[int]:
+        """Leading tokens of a prompt each replica's index matches, up to `hashed`."""
+        return [min(block_chain_hit(lru, segments), hashed) for lru in self.lrus]
+
+    def record(self, replica: int, segments: Sequence[Segment], hashed: int) -> None:
+        store_chain(self.lrus[replica], segments, hashed)
 
 
 class Router:
     def __init__(
-        self, config: SimConfig, replicas: Sequence[Replica], block_tokens: int, cpu: bool = False
+        self,
+        config: SimConfig,
+        replicas: Sequence[Replica],
+        block_tokens: int,
+        cpu: bool = False,
+        gpu_blocks: int = 0,
     ) -> None:
         self.replicas = list(replicas)
+        n = len(self.replicas)
         self.policy = config.routing
         self.rng = random.Random(f"{config.seed}/router")
         self.turn = 0
         self.homes: dict[Hashable, int] = {}
         self.weights = config.router_weights
-        capacity = config.lru_capacity_per_server * ROUTER_BLOCK_TOKENS
-        self.index = [PrefixLRU(capacity, ROUTER_BLOCK_TOKENS) for _ in self.replicas]
+        if config.router_autotune and gpu_blocks:  # the servers' block size and block count
+            self.index = PrefixIndex(n, gpu_blocks, block_tokens)
+        else:
+            self.index = PrefixIndex(n, config.lru_capacity_per_server, ROUTER_BLOCK_TOKENS)
         # With a CPU tier, the tiered guide's second prefix scorer: its own index (sized for
         # the CPU tier) of the same routed requests.
         self.cpu_weight = config.cpu_prefix_weight if cpu else 0.0
-        cpu_capacity = config.cpu_lru_capacity_per_server * ROUTER_BLOCK_TOKENS
-        self.cpu_index = [PrefixLRU(cpu_capacity, ROUTER_BLOCK_TOKENS) for _ in self.replicas]
-        self.matched = MAX_PREFIX_BLOCKS * ROUTER_BLOCK_TOKENS
+        self.cpu_index = PrefixIndex(
+            n, config.cpu_lru_capacity_per_server, config.cpu_router_block_tokens
+        )
+        self.no_hit_weight = config.no_hit_lru_weight
+        self.cold_order: list[int] = []  # replicas that took a cold request, least recent first
 
     def route(
         self, request: Request, random_pick: int | None = None, home: int | None = None
@@ -68,31 +98,58 @@ class Router:
             else:
                 chosen = self.homes.setdefault(request.affinity, self.rng.randrange(n))
         else:
-            chosen = self._best(request)
-            hashed = min(request.prompt, self.matched)
-            store_chain(self.index[chosen], request.segments, hashed)
+            segments, prompt = request.segments, request.prompt
+            hashed = min(prompt, self.index.limit)
+            held = self.index.hits(segments, hashed)
+            gpu = [hit / hashed for hit in held]
+            # Cold: no replica's GPU index matches a block (what the no-hit-LRU scorer reads).
+            cold = bool(self.no_hit_weight) and all(hit < self.index.block for hit in held)
+            cpu: list[float] = []
+            cpu_hashed = min(prompt, self.cpu_index.limit)
             if self.cpu_weight:
-                store_chain(self.cpu_index[chosen], request.segments, hashed)
+                cpu = [hit / cpu_hashed for hit in self.cpu_index.hits(segments, cpu_hashed)]
+            chosen = self._best(gpu, cpu, cold)
+            if cold:
+                if chosen in self.cold_order:
+                    self.cold_order.remove(chosen)
+                self.cold_order.append(chosen)
+            self.index.record(chosen, segments, hashed)
+            if self.cpu_weight:
+                self.cpu_index.record(chosen, segments, cpu_hashed)
         self.replicas[chosen].submit(request)
 
-    def _best(self, request: Request) -> int:
+    def _best(self, gpu: list[float], cpu: list[float], cold: bool) -> int:
+        """The highest score; `gpu` and `cpu` are the prefix scores (no CPU scorer: empty)."""
         if len(self.replicas) == 1:
             return 0
         w_queue, w_kv, w_prefix = self.weights
         queues = [r.num_requests_waiting for r in self.replicas]
         low, high = min(queues), max(queues)
-        hashed = min(request.prompt, self.matched)
+        no_hit = self._no_hit_scores(cold) if self.no_hit_weight else None
         best: list[int] = []
         top = -1.0
         for i, replica in enumerate(self.replicas):
             queue = 1.0 if high == low else (high - queues[i]) / (high - low)
-            prefix = min(chain_hit(self.index[i], request.segments), hashed) / hashed
-            score = w_queue * queue + w_kv * (1 - replica.kv_usage) + w_prefix * prefix
-            if self.cpu_weight:
-                cpu = min(chain_hit(self.cpu_index[i], request.segments), hashed) / hashed
-                score += self.cpu_weight * cpu
+            score = w_queue * queue + w_kv * (1 - replica.kv_usage) + w_prefix * gpu[i]
+            if cpu:
+                score += self.cpu_weight * cpu[i]
+            if no_hit is not None:
+                score += self.no_hit_weight * no_hit[i]
             if score > top + 1e-12:
                 best, top = [i], score
             elif abs(score - top) <= 1e-12:
                 best.append(i)
         return best[0] if len(best) == 1 else self.rng.choice(best)
+
+    def _no_hit_scores(self, cold: bool) -> list[float]:
+        """The no-hit-lru-scorer: neutral unless no replica matches; then by rank, replicas
+        never given a cold request first (in order), then the least recently given one."""
+        n = len(self.replicas)
+        if not cold:
+            return [0.5] * n
+        used = set(self.cold_order)
+        ranked = [i for i in range(n) if i not in used] + self.cold_order
+        scores = [0.0] * n
+        for rank, i in enumerate(ranked):
+            scores[i] = 1 - rank / (n - 1)
+        return scores

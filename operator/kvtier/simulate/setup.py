@@ -40,6 +40,7 @@ class Derived:
     # Bytes of the GPU's KV cache left for blocks (all GPUs), and the disk tier's bytes.
     kv_cache_bytes: float = 0.0
     disk_bytes: int | None = None
+    gpu_blocks: int = 0  # vLLM's num_gpu_blocks: what llm-d's autotuned router index holds
 
     def without_hybrid(self) -> Derived:
         """The same server when a KV connector turns vLLM's hybrid KV cache manager off (as
@@ -61,6 +62,7 @@ class Derived:
             if self.disk_bytes is None
             else _whole_blocks(self.disk_bytes / naive, block),
             window_tokens=0,
+            gpu_blocks=int(self.kv_cache_bytes // (naive * block)),
         )
 
     def weight_read_seconds(self, tokens: int) -> float:
@@ -173,15 +175,21 @@ def derive(config: SimConfig) -> Derived:
         expert_share = config.experts_per_token / config.experts
         routed = (config.parameters - config.active_parameters) / (1 - expert_share)
         expert_read = decode * min(1.0, routed / config.parameters)
+    # A connector that stores every sliding-window block beside its full-attention one keeps
+    # every layer's KV of a token in the tiers: the naive bytes per token.
+    window_stored = bool(geometry.sliding_layers) and config.offload_every_block
+    tier_per_token = sizing.sizing.bytes_per_token if window_stored else per_token
     return Derived(
         sizing=sizing,
         bytes_per_token=per_token,
         block_tokens=config.block_tokens,
         gpu_kv_tokens=gpu_kv,
-        cpu_tokens=_whole_blocks(sizing.sizing.cpu_bytes_to_use / per_token, config.block_tokens),
+        cpu_tokens=_whole_blocks(
+            sizing.sizing.cpu_bytes_to_use / tier_per_token, config.block_tokens
+        ),
         disk_tokens=0
         if disk_bytes is None
-        else _whole_blocks(disk_bytes / per_token, config.block_tokens),
+        else _whole_blocks(disk_bytes / tier_per_token, config.block_tokens),
         prefill_seconds_per_token=prefill,
         attention_seconds_per_token_pair=attention,
         decode_step_seconds=decode,
@@ -194,6 +202,10 @@ def derive(config: SimConfig) -> Derived:
         else 0,
         kv_cache_bytes=usable - weights,
         disk_bytes=disk_bytes,
+        # A block holds one KV cache group's layers (with sliding-window layers, vLLM's
+        # hybrid manager groups them as many as the full-attention ones): the sizing
+        # engine's offload block.
+        gpu_blocks=max(0, int((usable - weights) // sizing.sizing.block_bytes)),
     )
 
 
