@@ -27,12 +27,16 @@ class PrefixLRU:
 
     def touch(self, key: Hashable, tokens: int) -> None:
         """Hold the first `tokens` (whole blocks) of `key`, most recently used."""
-        tokens = min(tokens // self.block * self.block, self.capacity)
+        tokens = tokens // self.block * self.block
+        if tokens > self.capacity:
+            tokens = self.capacity
         held = self._entries.pop(key, 0)
-        tokens = max(tokens, held)
+        if held > tokens:
+            tokens = held
         self._entries[key] = tokens
         self.used += tokens - held
-        self.shrink(self.capacity)
+        if self.used > self.capacity:
+            self.shrink(self.capacity)
 
     def take(self, key: Hashable) -> int:
         """Remove `key`'s prefix and return its length (a running request now owns it)."""
@@ -56,12 +60,13 @@ class PrefixLRU:
 def chain_hit(cache: PrefixLRU, segments: Sequence[tuple[Hashable, int]]) -> int:
     """Leading tokens of a prompt's chain `cache` holds: a segment counts only after whole
     parents (vLLM's block hashes include the parent's)."""
+    entries = cache._entries  # read directly: this is the simulator's innermost loop
     total = 0
     for key, tokens in segments:
-        held = min(cache.cached(key), tokens)
-        total += held
+        held = entries.get(key, 0)
         if held < tokens:
-            break
+            return total + held
+        total += tokens
     return total
 
 
@@ -69,14 +74,28 @@ def block_chain_hit(cache: PrefixLRU, segments: Sequence[tuple[Hashable, int]]) 
     """Leading tokens of a prompt's chain `cache` holds, up to one of the prompt's own block
     boundaries (or its end). A segment ending inside a block counts whole once its whole
     blocks are held: the block it shares with the next segment is held with that one."""
-    block = cache.block
+    block, entries = cache.block, cache._entries
     end = 0
     for key, tokens in segments:
-        held = min(cache.cached(key), tokens)
+        held = entries.get(key, 0)  # uncapped: read only when below `tokens`
         if held < tokens - tokens % block:
             return end + held - (end + held) % block
         end += tokens
     return end
+
+
+def block_chain_hits(
+    caches: Sequence[PrefixLRU], segments: Sequence[tuple[Hashable, int]], limit: int
+) -> list[int]:
+    """block_chain_hit in each of `caches`, at most `limit`. One look-up says most of them:
+    a cache without a prompt's first segment holds none of it, once that has a whole block."""
+    key, tokens = segments[0]
+    return [
+        min(block_chain_hit(cache, segments), limit)
+        if key in cache._entries or tokens < cache.block
+        else 0
+        for cache in caches
+    ]
 
 
 def store_chain(cache: PrefixLRU, segments: Sequence[tuple[Hashable, int]], tokens: int) -> None:

@@ -121,33 +121,53 @@ class DecodeRun:
         else:
             cross = min(steps, math.ceil((first[0] - second[0]) / (second[1] - first[1])))
         self.first, self.second, self.cross = first, second, cross
-        self.asked, self.answer = start, 0
+        # end()'s terms for the steps up to the crossing: computed once, as end() would.
+        (a, b), m = first, cross
+        self.head, self.head_pairs = m * a + b * m * (m - 1) / 2, m * (m - 1) / 2
+        # The last answer: `answer` steps ended by any time in [low, high).
+        self.answer, self.low, self.high = 0, start, self.end(1)
 
     def end(self, n: int) -> float:
         """When step n (1-based) ends."""
-        (a, b), (c, e), m = self.first, self.second, self.cross
-        k = min(n, m)
-        total = k * a + b * k * (k - 1) / 2
-        if n > m:
-            total += (n - m) * c + e * (n * (n - 1) / 2 - m * (m - 1) / 2)
-        return self.start + total
+        m = self.cross
+        if n <= m:
+            a, b = self.first
+            return self.start + (n * a + b * n * (n - 1) / 2)
+        c, e = self.second
+        return self.start + (self.head + ((n - m) * c + e * (n * (n - 1) / 2 - self.head_pairs)))
 
     def done_by(self, t: float) -> int:
-        """Steps ended by time t (asked again and again at one time: the router's scores)."""
-        if t == self.asked:
+        """Steps ended by time t (asked again and again within one step: the router's scores).
+        The inverse of the closed form gives it to within rounding, end() itself then settles
+        it (ends grow with n, so it is the same n a search over end() would find)."""
+        if self.low <= t < self.high:
             return self.answer
-        self.asked, self.answer = t, self._done_by(t)
-        return self.answer
+        (a, b), (c, e), m = self.first, self.second, self.cross
+        elapsed = t - self.start
+        n = _within(a, b, elapsed)
+        if n >= m:
+            n = m + _within(c + e * m, e, elapsed - self.head)
+        steps = self.steps
+        n = min(n, steps)
+        low, high = self.end(n), self.end(n + 1) if n < steps else math.inf
+        while high <= t:
+            n += 1
+            low, high = high, self.end(n + 1) if n < steps else math.inf
+        while n > 0 and low > t:
+            n -= 1
+            low, high = self.end(n), low
+        self.answer, self.low, self.high = n, low, high
+        return n
 
-    def _done_by(self, t: float) -> int:
-        low, high = 0, self.steps
-        while low < high:
-            mid = (low + high + 1) // 2
-            if self.end(mid) <= t:
-                low = mid
-            else:
-                high = mid - 1
-        return low
+
+def _within(a: float, b: float, elapsed: float) -> int:
+    """About how many steps lasting a, a + b, a + 2b, … fit in `elapsed` seconds (an
+    estimate, at least 0: int() rounds toward zero)."""
+    elapsed = max(0.0, elapsed)  # below zero only by rounding
+    if b > 0:
+        half = a - b / 2
+        return int(((half * half + 2 * b * elapsed) ** 0.5 - half) / b)
+    return int(elapsed / a) if a > 0 else 0
 
 
 class DiskTierModel:
@@ -216,6 +236,11 @@ class Replica:
         return min(1.0, self._reserved_now() / self.capacity)
 
     @property
+    def kv_usage_floor(self) -> float:
+        """kv_usage without a decode run's steps: never above it, and cheap to ask."""
+        return min(1.0, self.reserved / self.capacity)
+
+    @property
     def num_requests_waiting(self) -> int:
         """vLLM's num_requests_waiting: requests not admitted yet and those whose KV is still
         being loaded from a tier (WAITING_FOR_REMOTE_KVS: the scheduler keeps them among its
@@ -224,9 +249,10 @@ class Replica:
 
     def _reserved_now(self) -> int:
         """`reserved` with the tokens of a decode run's steps already over."""
-        if self.macro is None:
+        macro = self.macro
+        if macro is None:
             return self.reserved
-        return self.reserved + self.decoders * self.macro.done_by(self.env.now)
+        return self.reserved + self.decoders * macro.done_by(self.env.now)
 
     def submit(self, request: Request) -> None:
         self.waiting.append(request)
@@ -236,8 +262,7 @@ class Replica:
         while self.waiting and len(self.running) < self.max_seqs:
             request = self.waiting[0]
             segments = request.schedule_segments()
-            held = self._gpu_segments(segments)
-            gpu, need = self._gpu_hit_and_need(held)
+            held, gpu, need = self._gpu_lookup(segments)
             if self._reserved_now() + need + self.decoders > self.capacity:
                 # First come, first served: the head waits for room, keeping the decoders'
                 # next tokens free (else a preempted request would come straight back).
@@ -280,8 +305,26 @@ class Replica:
             else:
                 self.start_prefill(request)
 
+    def _gpu_lookup(self, segments: tuple[Segment, ...]) -> tuple[tuple[Segment, ...], int, int]:
+        """(the blocks a schedule holds on the GPU, leading tokens the GPU prefix cache holds,
+        tokens admission adds to `reserved`); one prefix match for the blocks and the hit."""
+        if not self.window:
+            hit, need = self._gpu_hit_and_need(segments)
+            return segments, hit, need
+        hit, shared = self._hybrid_hit(segments, self._gpu_held, self.lru)
+        held = self._gpu_segments(segments, shared)
+        return held, hit, self._gpu_hit_and_need(held)[1]
+
+    def _gpu_hit(self, segments: tuple[Segment, ...]) -> int:
+        """_gpu_lookup's hit alone: the private copies a schedule would make do not change it
+        (a copy's key is held nowhere, and no page was found past the shared segments)."""
+        if self.window:
+            return self._hybrid_hit(segments, self._gpu_held, self.lru)[0]
+        return self._gpu_hit_and_need(segments)[0]
+
     def _gpu_hit_and_need(self, segments: tuple[Segment, ...]) -> tuple[int, int]:
-        """(leading tokens the GPU prefix cache holds, tokens admission adds to `reserved`)."""
+        """(leading tokens the GPU prefix cache holds without sliding-window layers, tokens
+        admission adds to `reserved`)."""
         hit, need, whole = 0, 0, True
         for key, tokens in segments:
             pin = self.pins.get(key)
@@ -291,8 +334,6 @@ class Replica:
                 hit += got
                 whole = got == tokens
             need += max(0, tokens - pin[1]) if pin else tokens
-        if self.window:
-            hit = self._hybrid_hit(segments, self._gpu_held, self.lru)[0]
         return hit, need
 
     def _gpu_held(self, key: Hashable) -> int:
@@ -316,14 +357,12 @@ class Replica:
                 best, count = (end if i == last else end - end % self.block), i + 1
         return best, count
 
-    def _gpu_segments(self, segments: tuple[Segment, ...]) -> tuple[Segment, ...]:
-        """The blocks a schedule holds on the GPU. With sliding-window layers (vLLM's hybrid
-        KV cache), a prefix is found only with the sliding-window page at its end; a request
-        that misses it computes the prefix into blocks of its own, even while another running
-        request holds the same prefix, so those are private copies here."""
-        if not self.window:
-            return segments
-        shared = self._hybrid_hit(segments, self._gpu_held, self.lru)[1]
+    def _gpu_segments(self, segments: tuple[Segment, ...], shared: int) -> tuple[Segment, ...]:
+        """The blocks a schedule holds on the GPU with sliding-window layers (vLLM's hybrid
+        KV cache): a prefix is found only with the sliding-window page at its end (the first
+        `shared` segments are); a request that misses it computes the prefix into blocks of
+        its own, even while another running request holds the same prefix, so those are
+        private copies here."""
         out: list[Segment] = list(segments[:shared])
         for key, tokens in segments[shared:]:
             if key in self.pins:
@@ -386,18 +425,10 @@ class Replica:
             return
         request = self.waiting[0]
         segments = request.schedule_segments()
-        gpu, _ = self._gpu_hit_and_need(self._gpu_segments_peek(segments))
+        gpu = self._gpu_hit(segments)
         prompt = sum(n for _, n in segments)
         request.queries += steps * prompt
         request.gpu_hits += steps * min(gpu, prompt - 1)
-
-    def _gpu_segments_peek(self, segments: tuple[Segment, ...]) -> tuple[Segment, ...]:
-        if not self.window:
-            return segments
-        copies = self.copies
-        held = self._gpu_segments(segments)
-        self.copies = copies
-        return held
 
     def _pin(self, segments: tuple[Segment, ...]) -> None:
         for key, tokens in segments:

@@ -23,7 +23,7 @@ import random
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
-from kvtier.simulate.cache import PrefixLRU, block_chain_hit, store_chain
+from kvtier.simulate.cache import PrefixLRU, block_chain_hits, store_chain
 from kvtier.simulate.config import ROUTER_BLOCK_TOKENS, SimConfig
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ class PrefixIndex:
 
     def hits(self, segments: Sequence[Segment], hashed: int) -> list[int]:
         """Leading tokens of a prompt each replica's index matches, up to `hashed`."""
-        return [min(block_chain_hit(lru, segments), hashed) for lru in self.lrus]
+        return block_chain_hits(self.lrus, segments, hashed)
 
     def record(self, replica: int, segments: Sequence[Segment], hashed: int) -> None:
         store_chain(self.lrus[replica], segments, hashed)
@@ -122,7 +122,6 @@ class Router:
         """The highest score; `gpu` and `cpu` are the prefix scores (no CPU scorer: empty)."""
         if len(self.replicas) == 1:
             return 0
-        w_queue, w_kv, w_prefix = self.weights
         queues = [r.num_requests_waiting for r in self.replicas]
         low, high = min(queues), max(queues)
         no_hit = self._no_hit_scores(cold) if self.no_hit_weight else None
@@ -130,16 +129,38 @@ class Router:
         top = -1.0
         for i, replica in enumerate(self.replicas):
             queue = 1.0 if high == low else (high - queues[i]) / (high - low)
-            score = w_queue * queue + w_kv * (1 - replica.kv_usage) + w_prefix * gpu[i]
-            if cpu:
-                score += self.cpu_weight * cpu[i]
-            if no_hit is not None:
-                score += self.no_hit_weight * no_hit[i]
+            # The same sum on a usage no higher is no lower (each float operation in it is
+            # monotonic): a replica it leaves below the best so far needs no exact usage.
+            floor = replica.kv_usage_floor
+            score = self._score(i, queue, floor, gpu, cpu, no_hit)
+            if top - score > 1e-12:
+                continue
+            usage = replica.kv_usage
+            if usage != floor:
+                score = self._score(i, queue, usage, gpu, cpu, no_hit)
             if score > top + 1e-12:
                 best, top = [i], score
             elif abs(score - top) <= 1e-12:
                 best.append(i)
         return best[0] if len(best) == 1 else self.rng.choice(best)
+
+    def _score(
+        self,
+        i: int,
+        queue: float,
+        usage: float,
+        gpu: list[float],
+        cpu: list[float],
+        no_hit: list[float] | None,
+    ) -> float:
+        """Replica i's weighed sum, `queue` and `usage` its queue score and KV usage."""
+        w_queue, w_kv, w_prefix = self.weights
+        score = w_queue * queue + w_kv * (1 - usage) + w_prefix * gpu[i]
+        if cpu:
+            score += self.cpu_weight * cpu[i]
+        if no_hit is not None:
+            score += self.no_hit_weight * no_hit[i]
+        return score
 
     def _no_hit_scores(self, cold: bool) -> list[float]:
         """The no-hit-lru-scorer: neutral unless no replica matches; then by rank, replicas
