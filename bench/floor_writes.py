@@ -5,8 +5,10 @@ Reads a JSON plan written by bench/convergence.py, ``{"workers": 4, "tiers": [[w
 apply with kvtier's field manager), ``{"op": "status", "namespace", "name", "status"}`` (merge
 patch of the status subresource) or ``{"op": "create", "body": {...}}`` (a POST, for Events).
 Each tier's writes run in order; ``workers`` tiers run at once, as the operator's workers do.
-It goes through the same REST layer as the operator (kvtier.kube.rest), so the difference to
-the operator is everything except the HTTP requests themselves.
+It builds each request with the operator's request builders (kvtier.kube.rest), so the bodies
+and paths are the operator's, and sends them with the official client from threads, as a
+bare script would; the operator sends its own from its event loop (kvtier.kube.aio), which
+costs less CPU per request: that difference is the operator's gain, not the floor's loss.
 
 With ``watch`` (floor (c), the controller floor) it first LISTs each ``{"path",
 "labelSelector"}`` and then holds a watch on it, decoding every event, in a thread of its own,

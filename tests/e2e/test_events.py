@@ -12,7 +12,7 @@ from kubernetes import client
 from prometheus_client import REGISTRY
 
 from kvtier.controller.events import EventBudget, EventSender
-from kvtier.kube.rest import Kube
+from kvtier.kube.aio import AsyncKube
 from kvtier.render.event import event_body
 from tests.e2e.kube_helpers import (
     create_tier,
@@ -41,7 +41,7 @@ def test_sender_delivers_in_order_and_drops_what_it_cannot_send(
     before = _dropped()
 
     async def scenario() -> None:
-        sender = EventSender(Kube(operator_api), capacity=4)
+        sender = EventSender(AsyncKube(operator_api), capacity=4)
         for i in range(3):
             sender.send(event_body(_tier(ns, "t"), "Normal", f"Step{i}", "m", "i", NOW))
         # A namespace that does not exist: the API refuses it, the sender goes on.
@@ -52,6 +52,7 @@ def test_sender_delivers_in_order_and_drops_what_it_cannot_send(
         sender.send(event_body(_tier(ns, "t"), "Warning", "After", "m", "i", NOW))
         await sender.flush(timeout=30)
         task.cancel()
+        await sender.kube.close()
 
     asyncio.run(scenario())
     # resourceVersions come from one etcd revision counter: they order the creates.
@@ -70,13 +71,14 @@ def test_a_tier_over_its_budget_records_no_more(
     before = _dropped()
 
     async def scenario() -> None:
-        sender = EventSender(Kube(operator_api), budget=EventBudget(burst=2))
+        sender = EventSender(AsyncKube(operator_api), budget=EventBudget(burst=2))
         task = asyncio.create_task(sender.run())
         for i in range(5):
             sender.send(event_body(_tier(ns, "noisy"), "Normal", f"Round{i}", "m", "i", NOW))
         sender.send(event_body(_tier(ns, "calm"), "Normal", "Once", "m", "i", NOW))
         await sender.flush(timeout=30)
         task.cancel()
+        await sender.kube.close()
 
     asyncio.run(scenario())
     assert sorted(e.reason for e in events_for(admin_api, ns, "noisy")) == ["Round0", "Round1"]
@@ -101,7 +103,7 @@ def test_the_same_cause_is_counted_on_its_event(
         return {str(e.message): e for e in events_for(admin_api, ns, "t")}
 
     async def scenario() -> dict[str, client.CoreV1Event]:
-        sender = EventSender(Kube(operator_api))
+        sender = EventSender(AsyncKube(operator_api))
         task = asyncio.create_task(sender.run())
         for body in [*same, other]:
             sender.send(body)
@@ -112,6 +114,7 @@ def test_the_same_cause_is_counted_on_its_event(
         sender.send(same[0])
         await sender.flush(timeout=30)
         task.cancel()
+        await sender.kube.close()
         return first
 
     first = asyncio.run(scenario())

@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kvtier.controller.cache import Cache
 from kvtier.controller.writer import Writer
+from kvtier.kube.aio import AsyncKube
 from kvtier.kube.rest import Kube
 from kvtier.names.records import APPLIED_ANNOTATION
 from kvtier.render import DesiredWrite
@@ -232,7 +233,7 @@ def test_a_write_from_a_stale_read_is_refused(
         )
 
     cache = Cache()
-    writer = Writer(Kube(api_client(cluster.operator_kubeconfig)), cache)
+    writer = Writer(AsyncKube(api_client(cluster.operator_kubeconfig)), cache)
     # The status moves (as KServe's controller writes it): the write still goes through.
     Kube(admin_api).request(
         "PATCH",

@@ -238,56 +238,44 @@ def test_the_versions_a_kind_is_served_in_come_from_kserves_real_crds() -> None:
 def test_a_fresh_read_serves_every_worker_that_asked_before_it_began() -> None:
     """Before applying to a target a worker wants the index as of now: one read while it
     waited that began after it asked is as fresh as its own, so workers asking together
-    share it; one that began before it asked is not."""
-    import threading
-
+    share it; one that began before it asked is not. The reads leave from the event loop."""
     hashes = {"serving.kserve.io/v1beta1": "A"}
     reads: list[int] = []
-    first_read_started, release_first = threading.Event(), threading.Event()
-
-    def read_index() -> dict[str, Any]:
-        reads.append(len(reads))
-        if len(reads) == 1:
-            first_read_started.set()
-            release_first.wait(10)
-        return _index(hashes)
-
-    class Entered:
-        """The watch's lock, telling when a caller has asked (it asks, then takes the lock)."""
-
-        def __init__(self) -> None:
-            self.lock, self.asked = threading.Lock(), threading.Semaphore(0)
-
-        def __enter__(self) -> None:
-            self.asked.release()
-            self.lock.acquire()
-
-        def __exit__(self, *_: object) -> None:
-            self.lock.release()
-
-    watch = SchemaWatch(read_index, lambda _: None, read_document=lambda _: _document("granular"))
-    entered = Entered()
-    watch._index_lock = entered  # type: ignore[assignment]
     api = ("serving.kserve.io/v1beta1", "InferenceService")
-    results: list[dict[str, Any]] = []
-    callers = [
-        threading.Thread(target=lambda: results.append(watch.fresh_schemas_of(*api)))
-        for _ in range(3)
-    ]
-    callers[0].start()
-    assert first_read_started.wait(10)
-    # Two more ask while the first read is under way: it began before they asked.
-    for thread in callers[1:]:
-        thread.start()
-    for _ in callers:
-        assert entered.asked.acquire(timeout=10)
-    release_first.set()
-    for thread in callers:
-        thread.join(10)
+
+    async def scenario() -> list[dict[str, Any]]:
+        first_read_started, release_first = asyncio.Event(), asyncio.Event()
+
+        async def read_index_now() -> dict[str, Any]:
+            reads.append(len(reads))
+            if len(reads) == 1:
+                first_read_started.set()
+                await release_first.wait()
+            return _index(hashes)
+
+        def never() -> dict[str, Any]:
+            raise AssertionError("the ticks' reader is not the one a fresh read takes")
+
+        watch = SchemaWatch(
+            never,
+            lambda _: None,
+            read_document=lambda _: _document("granular"),
+            read_index_now=read_index_now,
+        )
+        first = asyncio.create_task(watch.fresh_schemas_of(*api))
+        await first_read_started.wait()
+        # Two more ask while the first read is under way: it began before they asked.
+        waiting = [asyncio.create_task(watch.fresh_schemas_of(*api)) for _ in range(2)]
+        await asyncio.sleep(0.01)
+        release_first.set()
+        results = await asyncio.gather(first, *waiting)
+        assert len(reads) == 2  # the first, and one shared by the two that waited
+        await watch.fresh_schemas_of(*api)
+        assert len(reads) == 3  # asked alone, afterwards: read anew
+        return results
+
+    results = asyncio.run(scenario())
     assert len(results) == 3 and all(list(r) == ["serving.kserve.io/v1beta1"] for r in results)
-    assert len(reads) == 2  # the first, and one shared by the two that waited
-    watch.fresh_schemas_of(*api)
-    assert len(reads) == 3  # asked alone, afterwards: read anew
 
 
 def test_a_fresh_read_that_fails_answers_nothing() -> None:
@@ -295,5 +283,6 @@ def test_a_fresh_read_that_fails_answers_nothing() -> None:
         raise client.ApiException(status=503)
 
     watch = SchemaWatch(fail, lambda _: None, read_document=lambda _: {})
-    assert watch.fresh_schemas_of("serving.kserve.io/v1beta1", "InferenceService") == {}
+    api = ("serving.kserve.io/v1beta1", "InferenceService")
+    assert asyncio.run(watch.fresh_schemas_of(*api)) == {}
     assert watch.index is None

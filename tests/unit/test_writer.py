@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -82,6 +83,21 @@ class FakeKube:
         return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, **patch}
 
 
+class FakeAio:
+    """The event loop's client (kube/aio.py) over the same objects: the same verbs, awaited."""
+
+    def __init__(self, kube: FakeKube) -> None:
+        self.kube = kube
+
+    def __getattr__(self, verb: str) -> Callable[..., Awaitable[Any]]:
+        call = getattr(self.kube, verb)
+
+        async def awaited(*args: Any, **kwargs: Any) -> Any:
+            return call(*args, **kwargs)
+
+        return awaited
+
+
 def writes_total(verb: str, kind: str) -> float:
     labels = {"verb": verb, "kind": kind}
     return REGISTRY.get_sample_value("kvtier_api_writes_total", labels) or 0.0
@@ -108,7 +124,7 @@ def _apply(kind: str, name: str, **body: Any) -> DesiredWrite:
 
 
 def _controller(kube: FakeKube) -> Controller:
-    controller = Controller(kube)  # type: ignore[arg-type]
+    controller = Controller(kube, aio=FakeAio(kube))  # type: ignore[arg-type]
     controller.cache.set_tier((NS, "t"), copy.deepcopy(TIER))
     return controller
 
@@ -222,7 +238,7 @@ POLICY_WRITES = [
 
 
 def _policy_controller(kube: FakeKube) -> Controller:
-    controller = Controller(kube)  # type: ignore[arg-type]
+    controller = Controller(kube, aio=FakeAio(kube))  # type: ignore[arg-type]
     controller.cache.policy = copy.deepcopy(POLICY)
     return controller
 

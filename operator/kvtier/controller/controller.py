@@ -23,6 +23,7 @@ from kvtier.controller.cache import TierKey
 from kvtier.controller.policy_reconciler import POLICY_KEY, PolicyReconciler
 from kvtier.controller.resync import RESYNC_SECONDS
 from kvtier.controller.runtime import Runtime
+from kvtier.kube.aio import AsyncKube
 from kvtier.kube.rest import Kube
 from kvtier.names import FINALIZER
 from kvtier.names.objects import tier_id
@@ -58,8 +59,9 @@ class Controller(Runtime):
         workers: int = 4,
         probe_image: str | None = None,
         resync_seconds: float = RESYNC_SECONDS,
+        aio: AsyncKube | None = None,
     ) -> None:
-        super().__init__(kube, workers, resync_seconds)
+        super().__init__(kube, workers, resync_seconds, aio)
         self.probe_image = probe_image or DEFAULT_PROBE_IMAGE
         self.policy_reconciler = PolicyReconciler(kube, self.cache, self.writer, self.queue)
         # Scheduler ConfigMaps kvtier may not patch: (namespace, name) → (resourceVersion,
@@ -83,9 +85,7 @@ class Controller(Runtime):
         config_map = self.cache.configmap_for(tier)
         ref = ((tier.get("spec") or {}).get("model") or {}).get("configMapRef")
         if ref and config_map is None:
-            config_map = await asyncio.to_thread(
-                self.kube.get, "v1", "ConfigMap", ref["name"], namespace
-            )
+            config_map = await self.aio.get("v1", "ConfigMap", ref["name"], namespace)
             if config_map is not None:
                 self.cache.configmaps[(namespace, ref["name"])] = config_map
         target = await self._target(tier)
@@ -199,7 +199,7 @@ class Controller(Runtime):
         if where is not None and where not in found:
             configmap = self.cache.configmaps.get(where)
             if configmap is None:
-                configmap = await asyncio.to_thread(self.kube.get, "v1", "ConfigMap", *where[::-1])
+                configmap = await self.aio.get("v1", "ConfigMap", where[1], where[0])
                 if configmap is not None:
                     self.cache.set_configmap(configmap, deleted=False)
             if configmap is not None:

@@ -19,7 +19,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from kvtier import metrics
-from kvtier.kube.rest import Kube
+from kvtier.kube.aio import AsyncKube
 
 log = logging.getLogger("kvtier.events")
 
@@ -73,7 +73,9 @@ def event_key(body: dict[str, Any]) -> EventKey:
 
 
 class EventSender:
-    def __init__(self, kube: Kube, capacity: int = 1000, budget: EventBudget | None = None) -> None:
+    def __init__(
+        self, kube: AsyncKube, capacity: int = 1000, budget: EventBudget | None = None
+    ) -> None:
         self.kube = kube
         self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(capacity)
         self.budget = budget or EventBudget()
@@ -94,13 +96,13 @@ class EventSender:
         while True:
             body = await self.queue.get()
             try:
-                await asyncio.to_thread(self._record, body)
+                await self._record(body)
             except Exception as exc:  # the API may be restarting: never stop sending
                 self._dropped(body, str(getattr(exc, "status", None) or type(exc).__name__))
             finally:
                 self.queue.task_done()
 
-    def _record(self, body: dict[str, Any]) -> None:
+    async def _record(self, body: dict[str, Any]) -> None:
         """Count the cause on its Event if one was recorded, else create one."""
         key = event_key(body)
         seen = self.seen.get(key)
@@ -109,7 +111,7 @@ class EventSender:
             patch = {"count": count + 1, "lastTimestamp": body["lastTimestamp"]}
             namespace = body["metadata"]["namespace"]
             try:
-                self.kube.merge_patch("v1", "Event", name, namespace, patch)
+                await self.kube.merge_patch("v1", "Event", name, namespace, patch)
                 metrics.WRITES.labels("patch", "Event").inc()
                 self._remember(key, name, count + 1)
                 return
@@ -117,7 +119,7 @@ class EventSender:
                 if exc.status != 404:  # gone (Events expire after an hour): record it anew
                     raise
                 del self.seen[key]
-        created = self.kube.create(body)
+        created = await self.kube.create(body)
         metrics.WRITES.labels("create", "Event").inc()
         name = str(((created or {}).get("metadata") or {}).get("name") or "")
         if name:

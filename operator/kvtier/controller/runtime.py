@@ -26,8 +26,9 @@ from kvtier.controller.resync import RESYNC_SECONDS
 from kvtier.controller.schemas import SchemaWatch
 from kvtier.controller.workqueue import WorkQueue
 from kvtier.controller.writer import Writer
+from kvtier.kube.aio import AsyncKube
 from kvtier.kube.informer import Informer
-from kvtier.kube.rest import Kube
+from kvtier.kube.rest import Kube, Request
 from kvtier.observe.runner import Observer
 from kvtier.policy.events import Event
 from kvtier.render.event import event_body
@@ -40,20 +41,27 @@ class Runtime:
     """Shared state of the running operator; `reconcile(key)` is the subclass's."""
 
     def __init__(
-        self, kube: Kube, workers: int = 4, resync_seconds: float = RESYNC_SECONDS
+        self,
+        kube: Kube,
+        workers: int = 4,
+        resync_seconds: float = RESYNC_SECONDS,
+        aio: AsyncKube | None = None,
     ) -> None:
         if resync_seconds <= 0:
             raise ValueError(f"resync period must be positive, not {resync_seconds}")
         self.kube = kube
+        # The reconciles' requests leave from the event loop; informers, the schema watch and
+        # the observer keep the threads' client.
+        self.aio = aio if aio is not None else AsyncKube(kube.api, kube.timeout)
         self.resync_seconds = resync_seconds
         self.cache = Cache()
         self.queue: WorkQueue[TierKey] = WorkQueue()
         metrics.QUEUE_DEPTH.set_function(lambda: len(self.queue))
         self.workers = workers
         self.instance = socket.gethostname()
-        self.events = EventSender(kube)
+        self.events = EventSender(self.aio)
         # Every write goes through it; it holds the writes the API server did not keep.
-        self.writer = Writer(kube, self.cache)
+        self.writer = Writer(self.aio, self.cache)
         self._tasks: list[asyncio.Task[None]] = []
         self._sender: asyncio.Task[None] | None = None
         self.informers: list[Informer] = []
@@ -63,7 +71,10 @@ class Runtime:
         self.observer = Observer(self._pods, self.queue.add)
         # A new CRD of a kind kvtier writes may keep what the old one pruned.
         self.schemas = SchemaWatch(
-            self._openapi_index, self.schemas_changed, read_document=self._openapi_document
+            self._openapi_index,
+            self.schemas_changed,
+            read_document=self._openapi_document,
+            read_index_now=self._openapi_index_now,
         )
 
     def lead(self) -> None:
@@ -134,9 +145,14 @@ class Runtime:
             await self.events.flush(timeout=5.0)
             self._sender.cancel()
             await asyncio.gather(self._sender, return_exceptions=True)
+        await self.aio.close()
 
     def _openapi_index(self) -> Mapping[str, Any]:
         index: Mapping[str, Any] = self.kube.request("GET", "/openapi/v3") or {}
+        return index
+
+    async def _openapi_index_now(self) -> Mapping[str, Any]:
+        index: Mapping[str, Any] = await self.aio.send(Request("GET", "/openapi/v3")) or {}
         return index
 
     def _openapi_document(self, url: str) -> Mapping[str, Any]:
@@ -154,7 +170,7 @@ class Runtime:
             return {}
         api_version, kind = str(target.get("apiVersion")), str(target.get("kind"))
         if fresh:
-            return await asyncio.to_thread(self.schemas.fresh_schemas_of, api_version, kind)
+            return await self.schemas.fresh_schemas_of(api_version, kind)
         known = self.schemas.cached_schemas_of(api_version, kind)
         if known is not None:
             return known
@@ -165,9 +181,7 @@ class Runtime:
         version = self.cache.unwatched_version(tier)
         if version is not None:
             meta, ref = tier["metadata"], tier["spec"]["targetRef"]
-            view = await asyncio.to_thread(
-                self.kube.get, version, ref["kind"], ref["name"], meta["namespace"]
-            )
+            view = await self.aio.get(version, ref["kind"], ref["name"], meta["namespace"])
             key = (ref["kind"], meta["namespace"], ref["name"])
             if view is None:  # that version is not served (any more): no target
                 self.cache.forget_view(key, version)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -77,8 +77,11 @@ class SchemaWatch:
         groups: Iterable[str] = WATCHED_GROUPS,
         interval: float = INTERVAL_SECONDS,
         read_document: Callable[[str], Mapping[str, Any]] | None = None,
+        read_index_now: Callable[[], Awaitable[Mapping[str, Any]]] | None = None,
     ) -> None:
         self.read_index = read_index
+        # The read before an apply, from the event loop (the ticks read from a thread).
+        self.read_index_now = read_index_now
         self.read_document = read_document
         self.on_change = on_change
         self.groups = frozenset(groups)
@@ -94,27 +97,35 @@ class SchemaWatch:
         # again (an InferenceService tier asks every version of KServe's group).
         self.kinds_in: dict[str, frozenset[str]] = {}
         # Fresh reads of the index, one at a time: how many began, and which one `index` is.
-        self._index_lock = threading.Lock()
+        self._index_lock = asyncio.Lock()
         self._index_reads = 0
         self._index_from = 0
 
-    def fresh_schemas_of(self, api_version: str, kind: str) -> dict[str, dict[str, Any]]:
+    async def fresh_schemas_of(self, api_version: str, kind: str) -> dict[str, dict[str, Any]]:
         """`schemas_of` from an index read after this call began (a CRD replaced a moment ago
-        is seen). Workers asking together share one read: a read that began after a worker
-        asked is as fresh as one of its own."""
+        is seen), read from the event loop. Workers asking together share one read: a read
+        that began after a worker asked is as fresh as one of its own."""
         asked = self._index_reads
         try:
-            with self._index_lock:
+            async with self._index_lock:
                 if self._index_from <= asked:
                     self._index_reads += 1
                     started = self._index_reads
-                    self.index = self.read_index()
+                    self.index = await self._read_index_now()
                     self._index_from = started
         except Exception as exc:  # discovery is advisory: never a crash
             log.warning("reading /openapi/v3 failed: %s", exc)
             self.index = None  # the next caller reads it again
             return {}
-        return self.schemas_of(api_version, kind)
+        known = self.cached_schemas_of(api_version, kind)
+        if known is not None:
+            return known
+        return await asyncio.to_thread(self.schemas_of, api_version, kind)
+
+    async def _read_index_now(self) -> Mapping[str, Any]:
+        if self.read_index_now is not None:
+            return await self.read_index_now()
+        return await asyncio.to_thread(self.read_index)
 
     def schema_of(self, api_version: str, kind: str) -> dict[str, Any] | None:
         """The schema the API server serves for `kind` at `api_version`; None when it serves

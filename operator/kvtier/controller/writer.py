@@ -9,7 +9,6 @@ fields) is remembered by object, so the next decision holds it back until the ob
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -19,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kvtier import metrics
 from kvtier.controller.cache import Cache
-from kvtier.kube.rest import Kube
+from kvtier.kube.aio import AsyncKube
 from kvtier.kube.wire import without_managed_fields
 from kvtier.names import API_VERSION, FINALIZER
 from kvtier.policy.provisioning import Unkept, UnkeptKey, unkept_write
@@ -33,9 +32,9 @@ Refused = Callable[[DesiredWrite, ApiException], bool]
 
 
 class Writer:
-    """Sends writes through the Kube client; owns the memo of writes the server did not keep."""
+    """Sends writes from the event loop; owns the memo of writes the server did not keep."""
 
-    def __init__(self, kube: Kube, cache: Cache) -> None:
+    def __init__(self, kube: AsyncKube, cache: Cache) -> None:
         self.kube = kube
         self.cache = cache
         # Writes the API server did not keep, by object: held back until it changes.
@@ -107,17 +106,13 @@ class Writer:
                 return await self._guarded_apply(w, w.guard)
             try:
                 ops = w.body["jsonPatch"]
-                return await asyncio.to_thread(
-                    self.kube.json_patch, w.api_version, w.kind, w.name, w.namespace, ops
-                )
+                return await self.kube.json_patch(w.api_version, w.kind, w.name, w.namespace, ops)
             finally:
                 metrics.WRITES.labels("patch", w.kind).inc()
         except ApiException as exc:
             guarded = w.action == "Patch" or w.guard is not None
             if guarded and exc.status in (409, 422):
-                fresh = await asyncio.to_thread(
-                    self.kube.get, w.api_version, w.kind, w.name, w.namespace
-                )
+                fresh = await self.kube.get(w.api_version, w.kind, w.name, w.namespace)
                 if fresh:
                     self.cache.remember_written(fresh)
             raise
@@ -138,9 +133,7 @@ class Writer:
                 except ApiException as exc:
                     if exc.status != 409:
                         raise
-            fresh = await asyncio.to_thread(
-                self.kube.get, w.api_version, w.kind, w.name, w.namespace
-            )
+            fresh = await self.kube.get(w.api_version, w.kind, w.name, w.namespace)
             meta = (fresh or {}).get("metadata") or {}
             if meta.get("generation") != generation:
                 if fresh:
@@ -162,17 +155,17 @@ class Writer:
 
     async def apply(self, body: Mapping[str, Any], kind: str | None = None) -> Any:
         """Server-side apply; counted (by `kind`, else the body's) once the server took it."""
-        written = await asyncio.to_thread(self.kube.apply, body)
+        written = await self.kube.apply(body)
         metrics.WRITES.labels("apply", kind or str(body.get("kind"))).inc()
         return written
 
     async def create(self, body: Mapping[str, Any]) -> Any:
-        created = await asyncio.to_thread(self.kube.create, body)
+        created = await self.kube.create(body)
         metrics.WRITES.labels("create", str(body.get("kind"))).inc()
         return created
 
     async def delete(self, api_version: str, kind: str, name: str, namespace: str | None) -> None:
-        await asyncio.to_thread(self.kube.delete, api_version, kind, name, namespace)
+        await self.kube.delete(api_version, kind, name, namespace)
         metrics.WRITES.labels("delete", kind).inc()
 
     async def set_finalizer(self, tier: Mapping[str, Any], present: bool) -> None:
@@ -188,7 +181,7 @@ class Writer:
             },
         }
         try:
-            updated = await asyncio.to_thread(self.kube.apply, body)
+            updated = await self.kube.apply(body)
         except ApiException as exc:
             if exc.status != 404 or present:
                 raise
@@ -204,8 +197,7 @@ class Writer:
         """Merge-patch the status of a KVCacheTier or the KVCachePolicy, guarded by the
         resourceVersion it was decided from; the object as the API server now holds it."""
         meta = obj["metadata"]
-        updated: dict[str, Any] | None = await asyncio.to_thread(
-            self.kube.patch_status,
+        updated: dict[str, Any] | None = await self.kube.patch_status(
             API_VERSION,
             kind,
             meta["name"],

@@ -199,10 +199,16 @@ class Kube:
             resp.close()
             resp.release_conn()
 
+    def send(self, r: Request) -> Any:
+        body = r.body
+        if r.content_type == APPLY and not isinstance(body, str):
+            body = json.dumps(body)  # as text: the official client would take it for a model
+        return self.request(r.method, r.path, body, content_type=r.content_type, query=r.query)
+
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Any:
         """The object, or None when it does not exist."""
         try:
-            return self.request("GET", resource(api_version, kind).path(namespace, name))
+            return self.send(get_request(api_version, kind, name, namespace))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -222,16 +228,7 @@ class Kube:
 
     def apply(self, body: Mapping[str, Any], *, force: bool = True) -> Any:
         """Server-side apply of the fields in `body`, owned by kvtier's field manager."""
-        meta = body["metadata"]
-        res = resource(body["apiVersion"], body["kind"])
-        query = {"fieldManager": FIELD_MANAGER, "force": "true" if force else "false"}
-        return self.request(
-            "PATCH",
-            res.path(meta.get("namespace"), meta["name"]),
-            json.dumps(body),
-            content_type=APPLY,
-            query=query,
-        )
+        return self.send(apply_request(body, force=force))
 
     def patch_status(
         self,
@@ -243,14 +240,8 @@ class Kube:
         resource_version: str | None,
     ) -> Any:
         """Merge-patch status; with a resourceVersion the write fails (409) if it is stale."""
-        body: dict[str, Any] = {"status": status}
-        if resource_version:
-            body["metadata"] = {"resourceVersion": resource_version}
-        return self.request(
-            "PATCH",
-            resource(api_version, kind).path(namespace, name, "status"),
-            body,
-            content_type=MERGE,
+        return self.send(
+            status_request(api_version, kind, name, namespace, status, resource_version)
         )
 
     def merge_patch(
@@ -261,9 +252,7 @@ class Kube:
         namespace: str | None,
         patch: Mapping[str, Any],
     ) -> Any:
-        return self.request(
-            "PATCH", resource(api_version, kind).path(namespace, name), patch, content_type=MERGE
-        )
+        return self.send(merge_patch_request(api_version, kind, name, namespace, patch))
 
     def json_patch(
         self,
@@ -274,18 +263,10 @@ class Kube:
         ops: Sequence[Mapping[str, Any]],
     ) -> Any:
         """A JSON patch (RFC 6902) by kvtier's field manager; a failed `test` op is a 422."""
-        return self.request(
-            "PATCH",
-            resource(api_version, kind).path(namespace, name),
-            list(ops),  # a list: the client sends anything else as a strategic merge patch
-            content_type=JSON_PATCH,
-            query={"fieldManager": FIELD_MANAGER},
-        )
+        return self.send(json_patch_request(api_version, kind, name, namespace, ops))
 
     def create(self, body: Mapping[str, Any]) -> Any:
-        meta = body["metadata"]
-        res = resource(body["apiVersion"], body["kind"])
-        return self.request("POST", res.path(meta.get("namespace")), body)
+        return self.send(create_request(body))
 
     def delete(
         self,
@@ -297,13 +278,89 @@ class Kube:
     ) -> bool:
         """Delete; False when it was already gone."""
         try:
-            self.request(
-                "DELETE",
-                resource(api_version, kind).path(namespace, name),
-                {"propagationPolicy": propagation},
-            )
+            self.send(delete_request(api_version, kind, name, namespace, propagation))
         except ApiException as exc:
             if exc.status == 404:
                 return False
             raise
         return True
+
+
+# The verbs as requests, shared by the threads' client (Kube) and the event loop's
+# (kube/aio.py): one place says what each write sends.
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    body: Any = None
+    content_type: str = "application/json"
+    query: Mapping[str, str] | None = None
+
+
+def get_request(api_version: str, kind: str, name: str, namespace: str | None) -> Request:
+    return Request("GET", resource(api_version, kind).path(namespace, name))
+
+
+def apply_request(body: Mapping[str, Any], *, force: bool = True) -> Request:
+    """Server-side apply of the fields in `body`, owned by kvtier's field manager (sent as
+    JSON, which is YAML)."""
+    meta = body["metadata"]
+    res = resource(body["apiVersion"], body["kind"])
+    query = {"fieldManager": FIELD_MANAGER, "force": "true" if force else "false"}
+    return Request("PATCH", res.path(meta.get("namespace"), meta["name"]), body, APPLY, query)
+
+
+def status_request(
+    api_version: str,
+    kind: str,
+    name: str,
+    namespace: str | None,
+    status: Mapping[str, Any],
+    resource_version: str | None,
+) -> Request:
+    """A merge patch of the status; with a resourceVersion it fails (409) if that is stale."""
+    body: dict[str, Any] = {"status": status}
+    if resource_version:
+        body["metadata"] = {"resourceVersion": resource_version}
+    path = resource(api_version, kind).path(namespace, name, "status")
+    return Request("PATCH", path, body, MERGE)
+
+
+def merge_patch_request(
+    api_version: str, kind: str, name: str, namespace: str | None, patch: Mapping[str, Any]
+) -> Request:
+    return Request("PATCH", resource(api_version, kind).path(namespace, name), patch, MERGE)
+
+
+def json_patch_request(
+    api_version: str,
+    kind: str,
+    name: str,
+    namespace: str | None,
+    ops: Sequence[Mapping[str, Any]],
+) -> Request:
+    """A JSON patch (RFC 6902) by kvtier's field manager; a failed `test` op is a 422."""
+    return Request(
+        "PATCH",
+        resource(api_version, kind).path(namespace, name),
+        list(ops),  # a list: the official client sends anything else as a strategic merge patch
+        JSON_PATCH,
+        {"fieldManager": FIELD_MANAGER},
+    )
+
+
+def create_request(body: Mapping[str, Any]) -> Request:
+    res = resource(body["apiVersion"], body["kind"])
+    return Request("POST", res.path(body["metadata"].get("namespace")), body)
+
+
+def delete_request(
+    api_version: str, kind: str, name: str, namespace: str | None, propagation: str
+) -> Request:
+    return Request(
+        "DELETE",
+        resource(api_version, kind).path(namespace, name),
+        {"propagationPolicy": propagation},
+    )
