@@ -10,7 +10,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Concatenate, ParamSpec
 
 import urllib3
 from kubernetes import client, config
@@ -30,6 +30,7 @@ JSON_PATCH = "application/json-patch+json"
 TOKEN_REFRESH_SECONDS = 10.0
 
 RefreshHook = Callable[[client.Configuration], None]
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True)
@@ -132,160 +133,6 @@ def throttled(
     return refresh
 
 
-class Kube:
-    """JSON requests against one API server."""
-
-    def __init__(self, api: client.ApiClient, timeout: float = 30) -> None:
-        self.api = api
-        self.timeout = timeout
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        content_type: str = "application/json",
-        query: Mapping[str, str] | None = None,
-    ) -> Any:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        serialized = self.api.param_serialize(
-            method,
-            path,
-            query_params=list((query or {}).items()),
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        _, url, hdrs, data, _ = serialized
-        resp = self.api.call_api(
-            method, url, header_params=hdrs, body=data, _request_timeout=self.timeout
-        )
-        raw = resp.read()  # type: ignore[no-untyped-call]
-        if not 200 <= resp.status <= 299:
-            raise ApiException(http_resp=resp)
-        return decode(raw) if raw else None
-
-    def stream(
-        self, path: str, query: Mapping[str, str], read_timeout: float
-    ) -> Iterator[list[bytes]]:
-        """A watch: its JSON lines as they arrive, a list per read."""
-        _, url, headers, _, _ = self.api.param_serialize(
-            "GET",
-            path,
-            query_params=list(query.items()),
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-        )
-        resp = self.api.rest_client.pool_manager.request(
-            "GET",
-            url,
-            headers=headers,
-            preload_content=False,
-            timeout=urllib3.Timeout(connect=10, read=read_timeout),
-        )
-        try:
-            if not 200 <= resp.status <= 299:
-                error = ApiException(status=resp.status, reason=resp.reason)
-                error.body = resp.read().decode(errors="replace")
-                raise error
-            pending = b""
-            for chunk in resp.stream(65536):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                if lines:
-                    yield [line for line in lines if line.strip()]
-        finally:  # a stream left part-read cannot go back to the pool
-            resp.close()
-            resp.release_conn()
-
-    def send(self, r: Request) -> Any:
-        body = r.body
-        if r.content_type == APPLY and not isinstance(body, str):
-            body = json.dumps(body)  # as text: the official client would take it for a model
-        return self.request(r.method, r.path, body, content_type=r.content_type, query=r.query)
-
-    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Any:
-        """The object, or None when it does not exist."""
-        try:
-            return self.send(get_request(api_version, kind, name, namespace))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def list(
-        self,
-        api_version: str,
-        kind: str,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-    ) -> list[dict[str, Any]]:
-        query = {"labelSelector": label_selector} if label_selector else None
-        out = self.request("GET", resource(api_version, kind).path(namespace), query=query)
-        items: list[dict[str, Any]] = out.get("items", []) if out else []
-        return items
-
-    def apply(self, body: Mapping[str, Any], *, force: bool = True) -> Any:
-        """Server-side apply of the fields in `body`, owned by kvtier's field manager."""
-        return self.send(apply_request(body, force=force))
-
-    def patch_status(
-        self,
-        api_version: str,
-        kind: str,
-        name: str,
-        namespace: str | None,
-        status: Mapping[str, Any],
-        resource_version: str | None,
-    ) -> Any:
-        """Merge-patch status; with a resourceVersion the write fails (409) if it is stale."""
-        return self.send(
-            status_request(api_version, kind, name, namespace, status, resource_version)
-        )
-
-    def merge_patch(
-        self,
-        api_version: str,
-        kind: str,
-        name: str,
-        namespace: str | None,
-        patch: Mapping[str, Any],
-    ) -> Any:
-        return self.send(merge_patch_request(api_version, kind, name, namespace, patch))
-
-    def json_patch(
-        self,
-        api_version: str,
-        kind: str,
-        name: str,
-        namespace: str | None,
-        ops: Sequence[Mapping[str, Any]],
-    ) -> Any:
-        """A JSON patch (RFC 6902) by kvtier's field manager; a failed `test` op is a 422."""
-        return self.send(json_patch_request(api_version, kind, name, namespace, ops))
-
-    def create(self, body: Mapping[str, Any]) -> Any:
-        return self.send(create_request(body))
-
-    def delete(
-        self,
-        api_version: str,
-        kind: str,
-        name: str,
-        namespace: str | None = None,
-        propagation: str = "Background",
-    ) -> bool:
-        """Delete; False when it was already gone."""
-        try:
-            self.send(delete_request(api_version, kind, name, namespace, propagation))
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
-
-
 # The verbs as requests, shared by the threads' client (Kube) and the event loop's
 # (kube/aio.py): one place says what each write sends.
 
@@ -364,3 +211,132 @@ def delete_request(
         resource(api_version, kind).path(namespace, name),
         {"propagationPolicy": propagation},
     )
+
+
+def sync_verb(build: Callable[P, Request]) -> Callable[Concatenate[Kube, P], Any]:
+    """A method sending what `build` makes of its arguments (kube/aio.py has the event
+    loop's twin)."""
+
+    def verb(self: Kube, /, *args: P.args, **kwargs: P.kwargs) -> Any:
+        return self.send(build(*args, **kwargs))
+
+    verb.__doc__ = build.__doc__
+    return verb
+
+
+class Kube:
+    """JSON requests against one API server."""
+
+    def __init__(self, api: client.ApiClient, timeout: float = 30) -> None:
+        self.api = api
+        self.timeout = timeout
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        query: Mapping[str, str] | None = None,
+    ) -> Any:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        serialized = self.api.param_serialize(
+            method,
+            path,
+            query_params=list((query or {}).items()),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        _, url, hdrs, data, _ = serialized
+        resp = self.api.call_api(
+            method, url, header_params=hdrs, body=data, _request_timeout=self.timeout
+        )
+        raw = resp.read()  # type: ignore[no-untyped-call]
+        if not 200 <= resp.status <= 299:
+            raise ApiException(http_resp=resp)
+        return decode(raw) if raw else None
+
+    def stream(
+        self, path: str, query: Mapping[str, str], read_timeout: float
+    ) -> Iterator[list[bytes]]:
+        """A watch: its JSON lines as they arrive, a list per read."""
+        _, url, headers, _, _ = self.api.param_serialize(
+            "GET",
+            path,
+            query_params=list(query.items()),
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        resp = self.api.rest_client.pool_manager.request(
+            "GET",
+            url,
+            headers=headers,
+            preload_content=False,
+            timeout=urllib3.Timeout(connect=10, read=read_timeout),
+        )
+        try:
+            if not 200 <= resp.status <= 299:
+                error = ApiException(status=resp.status, reason=resp.reason)
+                error.body = resp.read().decode(errors="replace")
+                raise error
+            pending = b""
+            for chunk in resp.stream(65536):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                if lines:
+                    yield [line for line in lines if line.strip()]
+        finally:  # a stream left part-read cannot go back to the pool
+            resp.close()
+            resp.release_conn()
+
+    def send(self, r: Request) -> Any:
+        body = r.body
+        if r.content_type == APPLY and not isinstance(body, str):
+            body = json.dumps(body)  # as text: the official client would take it for a model
+        return self.request(r.method, r.path, body, content_type=r.content_type, query=r.query)
+
+    apply = sync_verb(apply_request)
+    patch_status = sync_verb(status_request)
+    merge_patch = sync_verb(merge_patch_request)
+    json_patch = sync_verb(json_patch_request)
+    create = sync_verb(create_request)
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Any:
+        """The object, or None when it does not exist."""
+        try:
+            return self.send(get_request(api_version, kind, name, namespace))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+    ) -> list[dict[str, Any]]:
+        query = {"labelSelector": label_selector} if label_selector else None
+        out = self.request("GET", resource(api_version, kind).path(namespace), query=query)
+        items: list[dict[str, Any]] = out.get("items", []) if out else []
+        return items
+
+    def delete(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        namespace: str | None = None,
+        propagation: str = "Background",
+    ) -> bool:
+        """Delete; False when it was already gone."""
+        try:
+            self.send(delete_request(api_version, kind, name, namespace, propagation))
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
