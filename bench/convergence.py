@@ -1162,7 +1162,8 @@ def main(argv: list[str] | None = None) -> int:
                 # The idle window is watched once per (mode, N): it does not vary with timing.
                 idle = args.idle_seconds if rep == 0 else 0.0
                 reps.append(run_one(mode, size, args, None, idle))
-                print(results_table(reps[-1:]), flush=True)
+                # Each run's figures as it ends: a later run that fails loses none of them.
+                print(results_table(reps[-1:]), cpu_table(reps[-1:]), sep="\n", flush=True)
             runs.append(median_run(reps))
             if args.profile and mode == "Apply" and size == max(sizes):
                 say("one more run under py-spy (its times are not reported: sampling slows it)")
