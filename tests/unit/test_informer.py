@@ -86,3 +86,29 @@ def test_managed_fields_are_kept_only_where_they_are_read() -> None:
         informer._apply({"type": "ADDED", "object": node}, events, "5")
         assert events[0][1]["metadata"].get("managedFields") == expected
         assert events[0][1]["metadata"]["resourceVersion"] == "7"
+
+
+def test_an_object_gone_while_disconnected_carries_only_the_spec_its_handler_reads() -> None:
+    """The informer's view of each object keeps identity, labels and the spec fields its
+    Watched names, not a second copy of every spec beside the cache's: a LIST after a gap
+    delivers DELETED with just those (a tier's targetRef; nothing of a target's spec)."""
+    loop = asyncio.new_event_loop()
+    delivered: list[tuple[str, dict[str, Any]]] = []
+    kube = Kube(None)  # type: ignore[arg-type]  # never reaches the API
+    tiers = Watched("kvcache.io/v1alpha1", "KVCacheTier", spec_when_gone=("targetRef",))
+    targets = Watched("apps/v1", "Deployment")
+    ref = {"kind": "Deployment", "name": "srv"}
+    for watched, expected in ((tiers, {"targetRef": ref}), (targets, None)):
+        informer = Informer(kube, watched, lambda e, o: delivered.append((e, o)), loop)
+        big = {"targetRef": ref, "cpu": {"size": "20Gi"}, "template": {"x": "y" * 1000}}
+        obj = {"metadata": {"name": "t", "namespace": "llm", "labels": {"a": "b"}}, "spec": big}
+        informer._replace([obj])
+        loop.run_until_complete(asyncio.sleep(0))
+        assert informer._known[("llm", "t")].get("spec") == expected
+        delivered.clear()
+        informer._replace([])  # the next LIST, after a gap: it is gone
+        loop.run_until_complete(asyncio.sleep(0))  # the loop delivers what the thread sent
+        [(event, gone)] = delivered
+        assert event == "DELETED" and gone["metadata"]["labels"] == {"a": "b"}
+        assert gone.get("spec") == expected
+    loop.close()

@@ -27,6 +27,7 @@ from kvtier.targets.registry import KINDS, api_versions
 
 Handler = Callable[[Controller, str, dict[str, Any]], None]
 MANAGED = "app.kubernetes.io/managed-by=kvtier"
+TARGET_REF = ("targetRef",)  # what on_tier reads of a deleted tier
 
 
 def _ns_name(obj: dict[str, Any]) -> tuple[str, str]:
@@ -203,7 +204,10 @@ def watches(targets: dict[str, str]) -> list[tuple[Watched, Handler]]:
     # Only the targets' managedFields are read (which parts are the user's): the other kinds'
     # are not kept (on a KVCacheTier, about half of the decoded object).
     return [
-        (Watched(API_VERSION, "KVCacheTier", managed_fields=False), on_tier),
+        (
+            Watched(API_VERSION, "KVCacheTier", managed_fields=False, spec_when_gone=TARGET_REF),
+            on_tier,
+        ),
         (Watched(API_VERSION, "KVCachePolicy", managed_fields=False), on_policy),
         *((Watched(targets[k.kind], k.kind), on_target) for k in KINDS),
         *((w, on_related) for w in related_watches()),
