@@ -483,8 +483,9 @@ class Bench:
         proc.start()
         assert proc.proc is not None
         pid = proc.proc.pid
-        spy = _start_py_spy(py_spy, pid, profile) if profile else None
-        try:
+        spy = None
+        try:  # the operator stops whatever fails, py-spy's start too
+            spy = _start_py_spy(py_spy, pid, profile) if profile else None
             seconds = self.wait_ready(
                 namespace, size, t0, lambda: proc.proc is not None and proc.proc.poll() is None
             )
