@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import fcntl
 import functools
 import ipaddress
 import json
@@ -145,10 +146,41 @@ def tied(argv: Sequence[str]) -> list[str]:
     return list(argv)
 
 
+# Ports handed to the components the clusters and tests start: below Linux's default
+# ephemeral range (32768-60999), so no outgoing connection takes one meanwhile, and in turn
+# across every process of the machine (PORT_LEDGER keeps the last one handed out, under a
+# lock). The kernel's own pick (a bind to port 0, closed at once) could be handed to another
+# worker before the first component bound it: a KServe manager's readiness check then
+# reached another cluster's webhook server, and the API server refused its certificate.
+PORTS = range(20000, 32768)
+PORT_LEDGER = Path(tempfile.gettempdir()) / "kvtier-ports"
+
+
 def free_port() -> int:
+    """A port nothing on 127.0.0.1 listens on that no caller on this machine was handed in
+    the last len(PORTS) calls."""
+    with PORT_LEDGER.open("a+", encoding="utf-8") as ledger:
+        fcntl.flock(ledger, fcntl.LOCK_EX)  # released when the file closes
+        ledger.seek(0)
+        text = ledger.read().strip()
+        last = int(text) if text.isdigit() and int(text) in PORTS else PORTS.start - 1
+        for step in range(1, len(PORTS) + 1):
+            port = PORTS.start + (last - PORTS.start + step) % len(PORTS)
+            if _bindable(port):
+                ledger.seek(0)
+                ledger.truncate()
+                ledger.write(str(port))
+                return port
+    raise ClusterError(f"no free port in {PORTS.start}-{PORTS.stop - 1} on 127.0.0.1")
+
+
+def _bindable(port: int) -> bool:
     with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 # --------------------------------------------------------------------- certs

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from kvtier.cli import main
+from localcluster import free_port
 from tests.unit.evict_tree import BLOCK_BYTES, make_tier
 
 DAY = 86400.0
@@ -91,13 +92,6 @@ def test_bad_directory_one_line_exit_2(roomy_tmp_path: Path) -> None:
     run = kvtier("evict", "--dir", str(roomy_tmp_path / "nope"), "--once")
     assert run.returncode == 2
     assert run.stderr == f"kvtier: error: evict: --dir {roomy_tmp_path / 'nope'}: does not exist\n"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def scrape(port: int) -> dict[str, float]:

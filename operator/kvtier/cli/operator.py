@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     import kopf
 
     from kvtier import metrics
-    from kvtier.controller import registration
+    from kvtier.controller import collector, registration
 
     if args.kubeconfig:
         os.environ[registration.ENV_KUBECONFIG] = args.kubeconfig
@@ -92,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
         reviewer = KubeReviewer(Kube(load_client(args.kubeconfig), timeout=10))
         metrics.serve(args.metrics_port, args.bind_address, tls, Authorizer(reviewer))
+    collector.tune()
     asyncio.run(
         kopf.operator(
             clusterwide=True,

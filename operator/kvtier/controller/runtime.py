@@ -19,6 +19,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from kvtier import metrics
+from kvtier.controller import collector
 from kvtier.controller.cache import Cache, TierKey
 from kvtier.controller.events import EventSender
 from kvtier.controller.policy_reconciler import POLICY_KEY
@@ -89,6 +90,7 @@ class Runtime:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not all(synced.is_set() for synced in needed):
             await asyncio.sleep(0.05)
+        collector.settled()
         self.leading.set()
         metrics.LEADER.set(1)
         self.queue.add(POLICY_KEY)
