@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from kvtier.api.common import quantity_bytes
 from kvtier.api.policy import (
@@ -31,7 +31,6 @@ from kvtier.api.tier import (
     CPUSpec,
     DiskSpec,
     DiskType,
-    EffectiveValue,
     KVCacheDtype,
     KVCacheTierSpec,
     Mode,
@@ -111,6 +110,15 @@ def _path(path: str) -> dict[str, str]:
     return {"path": path}
 
 
+class EffectiveRow(NamedTuple):
+    """One status.effective row (api.tier.EffectiveValue's fields): the same few recur in
+    every tier's settings, so each is validated and serialised once (policy/parse_cache.py)."""
+
+    field: str
+    value: str
+    source: ValueSource
+
+
 @dataclass(frozen=True)
 class EffectiveSettings:
     """Effective values; each field's `path` metadata names it in status.effective (a
@@ -156,23 +164,15 @@ class EffectiveSettings:
     # policy lacks it (the operator reports the latter as PolicyCompliant=False).
     nvme_pool: NVMePoolSettings | None = field(default=None, metadata=_path("disk.nvme.pool"))
 
-    def entries(self) -> list[EffectiveValue]:
+    def entries(self) -> list[EffectiveRow]:
         """status.effective rows, in a stable order."""
         rows = []
         for f in fields(self):
             item = getattr(self, f.name)
             if isinstance(item, Sourced):
-                rows.append(
-                    EffectiveValue(
-                        field=f.metadata["path"], value=_text(item.value), source=item.source
-                    )
-                )
+                rows.append(EffectiveRow(f.metadata["path"], _text(item.value), item.source))
             elif isinstance(item, NVMePoolSettings):
-                rows.append(
-                    EffectiveValue(
-                        field=f.metadata["path"], value=item.name, source=ValueSource.TIER
-                    )
-                )
+                rows.append(EffectiveRow(f.metadata["path"], item.name, ValueSource.TIER))
         return rows
 
 

@@ -10,7 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvtier.api.policy import KVCachePolicy, KVCachePolicySpec, Retention, VolumeSource
-from kvtier.api.tier import DiskType, KVCacheDtype, KVCacheTierSpec, Mode, ValueSource
+from kvtier.api.tier import (
+    DiskType,
+    EffectiveValue,
+    KVCacheDtype,
+    KVCacheTierSpec,
+    Mode,
+    ValueSource,
+)
 from kvtier.settings import BUILTIN_DEFAULTS, effective_settings
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -169,7 +176,9 @@ def test_entries_are_stable_unique_and_fit_the_status_schema() -> None:
     assert by_field["probe.enabled"].value == "true"
     assert by_field["disk.nvme.pool"].value == "local-nvme"
     assert by_field["memory.headroom"].value == str(4 * 2**30)
-    assert all(row.to_k8s()["source"] in {"Default", "Policy", "Tier"} for row in rows)
+    # Each row is a valid status.effective entry.
+    rendered = [EffectiveValue(**row._asdict()).to_k8s() for row in rows]
+    assert all(row["source"] in {"Default", "Policy", "Tier"} for row in rendered)
 
 
 def test_builtin_defaults_are_valid_policy_values() -> None:

@@ -11,8 +11,13 @@ import orjson
 from pydantic import ValidationError
 
 from kvtier.api.policy import KVCachePolicySpec
-from kvtier.api.tier import KVCacheTierSpec
-from kvtier.settings import EffectiveSettings, effective_settings, with_target_vllm_version
+from kvtier.api.tier import EffectiveValue, KVCacheTierSpec
+from kvtier.settings import (
+    EffectiveRow,
+    EffectiveSettings,
+    effective_settings,
+    with_target_vllm_version,
+)
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ PARSED_KEPT = 2048
 # rows, one object per distinct row (the same few recur in every tier's settings).
 _POLICIES: dict[str | bytes, tuple[KVCachePolicySpec | None, str | None]] = {}
 POLICIES_KEPT = 8
-_ROWS: dict[tuple[Any, ...], Mapping[str, str]] = {}
+_ROWS: dict[EffectiveRow, Mapping[str, str]] = {}
 ROWS_KEPT = 4096
 
 
@@ -91,8 +96,14 @@ def _rows(eff: EffectiveSettings) -> tuple[Mapping[str, str], ...]:
     """status.effective rows of the settings, equal rows one object (see _ROWS)."""
     if len(_ROWS) > ROWS_KEPT:
         _ROWS.clear()
-    rows = (e.to_k8s() for e in eff.entries())
-    return tuple(_ROWS.setdefault(tuple(r.items()), r) for r in rows)
+    rows = []
+    for entry in eff.entries():
+        row = _ROWS.get(entry)
+        if row is None:
+            value = EffectiveValue(field=entry.field, value=entry.value, source=entry.source)
+            row = _ROWS[entry] = value.to_k8s()
+        rows.append(row)
+    return tuple(rows)
 
 
 def _parse_policy(
