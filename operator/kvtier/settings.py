@@ -167,13 +167,17 @@ class EffectiveSettings:
     def entries(self) -> list[EffectiveRow]:
         """status.effective rows, in a stable order."""
         rows = []
-        for f in fields(self):
-            item = getattr(self, f.name)
+        for name, path in _ROW_FIELDS:
+            item = getattr(self, name)
             if isinstance(item, Sourced):
-                rows.append(EffectiveRow(f.metadata["path"], _text(item.value), item.source))
+                rows.append(EffectiveRow(path, _text(item.value), item.source))
             elif isinstance(item, NVMePoolSettings):
-                rows.append(EffectiveRow(f.metadata["path"], item.name, ValueSource.TIER))
+                rows.append(EffectiveRow(path, item.name, ValueSource.TIER))
         return rows
+
+
+# Each field's name and its status.effective path, in order (dataclasses.fields is slow).
+_ROW_FIELDS = tuple((f.name, str(f.metadata["path"])) for f in fields(EffectiveSettings))
 
 
 def _text(value: object) -> str:

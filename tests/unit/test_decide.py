@@ -381,6 +381,12 @@ def test_spec_and_policy_are_parsed_once_per_content() -> None:
     # One policy, parsed once for every tier; equal status.effective rows are one object.
     assert other_tier.policy is first.policy
     assert any(a is b for a, b in zip(first.effective, other_tier.effective, strict=True))
+    # Tiers alike but for their target merge with the policy once: the settings are one.
+    renamed = tier(**spec)["spec"] | {"targetRef": {"kind": "LLMInferenceService", "name": "b"}}
+    second = parse(renamed, policy_spec)
+    assert second is not first and second.spec.target_ref.name == "b"
+    assert second.settings is first.settings and second.effective is first.effective
+    assert parse(renamed | {"mode": "Apply"}, policy_spec).settings is other_tier.settings
     planning = {"spec": {**policy_spec, "defaults": {"mode": "Plan"}}}
     modeless = tier(disk={"type": "None"})
     del modeless["spec"]["mode"]

@@ -21,18 +21,42 @@ from kvtier.settings import (
 
 
 @dataclass(frozen=True)
-class Parsed:
-    """A tier spec and the policy, parsed and merged into the settings the tier runs with."""
+class Merged:
+    """The policy and the settings a tier spec merges into with it: they do not depend on the
+    spec's targetRef, so tiers alike but for their target share one."""
 
-    spec: KVCacheTierSpec
     policy: KVCachePolicySpec | None
     policy_error: str | None  # the first validation message of an invalid policy
     settings: EffectiveSettings
     effective: tuple[Mapping[str, str], ...]  # status.effective rows
     # The settings with a target image's vLLM version, and their rows, by that version.
-    _by_image: dict[str | None, tuple[EffectiveSettings, tuple[Mapping[str, str], ...]]] = field(
+    by_image: dict[str | None, tuple[EffectiveSettings, tuple[Mapping[str, str], ...]]] = field(
         default_factory=dict, compare=False, repr=False
     )
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A tier spec and the policy, parsed and merged into the settings the tier runs with."""
+
+    spec: KVCacheTierSpec
+    merged: Merged
+
+    @property
+    def policy(self) -> KVCachePolicySpec | None:
+        return self.merged.policy
+
+    @property
+    def policy_error(self) -> str | None:
+        return self.merged.policy_error
+
+    @property
+    def settings(self) -> EffectiveSettings:
+        return self.merged.settings
+
+    @property
+    def effective(self) -> tuple[Mapping[str, str], ...]:
+        return self.merged.effective
 
     def for_image_version(
         self, image_version: str | None
@@ -40,11 +64,12 @@ class Parsed:
         """The settings as a target whose image names `image_version` makes them
         (settings.with_target_vllm_version) and their status.effective rows; `settings`
         itself when the version changes nothing. Worked out once per version."""
-        hit = self._by_image.get(image_version)
+        merged = self.merged
+        hit = merged.by_image.get(image_version)
         if hit is None:
-            eff = with_target_vllm_version(self.settings, image_version)
-            rows = self.effective if eff is self.settings else _rows(eff)
-            hit = self._by_image[image_version] = (eff, rows)
+            eff = with_target_vllm_version(merged.settings, image_version)
+            rows = merged.effective if eff is merged.settings else _rows(eff)
+            hit = merged.by_image[image_version] = (eff, rows)
         return hit
 
 
@@ -56,9 +81,12 @@ def _fingerprint(spec: Mapping[str, Any]) -> str | bytes:
 
 
 # A spec changes far less often than its tier is decided (twice per Apply reconcile, once
-# more per watch event of its target or owned objects): parsed and merged once per content.
+# more per watch event of its target or owned objects): parsed once per content, and merged
+# with the policy once per content but its targetRef.
 _PARSED: dict[tuple[str | bytes, str | bytes | None], Parsed] = {}
 PARSED_KEPT = 2048
+_MERGED: dict[tuple[str | bytes, str | bytes | None], Merged] = {}
+MERGED_KEPT = 256
 
 
 # The policy, parsed once per content for every tier (not once per tier), and the status.effective
@@ -74,22 +102,32 @@ def parse(spec_body: Mapping[str, Any], policy_body: Mapping[str, Any] | None) -
     key = (_fingerprint(spec_body), policy_key)
     hit = _PARSED.get(key)
     if hit is None:
-        hit = _parse_new(spec_body, policy_body, policy_key)
-        if len(_PARSED) >= PARSED_KEPT:
-            del _PARSED[next(iter(_PARSED))]  # the oldest
-        _PARSED[key] = hit
+        spec = KVCacheTierSpec.model_validate(spec_body)
+        hit = Parsed(spec, _merged(spec_body, spec, policy_body, policy_key))
+        _keep(_PARSED, key, hit, PARSED_KEPT)
     return hit
 
 
-def _parse_new(
+def _merged(
     spec_body: Mapping[str, Any],
+    spec: KVCacheTierSpec,
     policy_body: Mapping[str, Any] | None,
     policy_key: str | bytes | None,
-) -> Parsed:
-    spec = KVCacheTierSpec.model_validate(spec_body)
-    policy, error = _parse_policy(policy_body, policy_key)
-    eff = effective_settings(spec, policy)
-    return Parsed(spec, policy, error, eff, _rows(eff))
+) -> Merged:
+    key = (_fingerprint({k: v for k, v in spec_body.items() if k != "targetRef"}), policy_key)
+    hit = _MERGED.get(key)
+    if hit is None:
+        policy, error = _parse_policy(policy_body, policy_key)
+        eff = effective_settings(spec, policy)
+        hit = Merged(policy, error, eff, _rows(eff))
+        _keep(_MERGED, key, hit, MERGED_KEPT)
+    return hit
+
+
+def _keep(memo: dict[Any, Any], key: Any, value: Any, kept: int) -> None:
+    if len(memo) >= kept:
+        del memo[next(iter(memo))]  # the oldest
+    memo[key] = value
 
 
 def _rows(eff: EffectiveSettings) -> tuple[Mapping[str, str], ...]:
@@ -118,7 +156,5 @@ def _parse_policy(
             hit = (KVCachePolicySpec.model_validate(body), None)
         except ValidationError as exc:
             hit = (None, exc.errors()[0]["msg"])
-        if len(_POLICIES) >= POLICIES_KEPT:
-            del _POLICIES[next(iter(_POLICIES))]  # the oldest
-        _POLICIES[key] = hit
+        _keep(_POLICIES, key, hit, POLICIES_KEPT)
     return hit

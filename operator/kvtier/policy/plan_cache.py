@@ -11,9 +11,14 @@ _PLANS: dict[tuple[object, ...], SizingPlan] = {}
 PLANS_KEPT = 1024
 
 
+# Field values that are keys as they are, checked before Mapping (whose isinstance costs more).
+_PLAIN = (str, int, float, type(None), frozenset, tuple)
+
+
 def _key(inp: SizingInput) -> tuple[object, ...]:
     return tuple(
-        tuple(sorted(v.items())) if isinstance(v, Mapping) else v for v in record.field_values(inp)
+        v if isinstance(v, _PLAIN) or not isinstance(v, Mapping) else tuple(sorted(v.items()))
+        for v in record.field_values(inp)
     )
 
 

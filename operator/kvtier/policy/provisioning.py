@@ -30,23 +30,34 @@ from kvtier.tiers.registry import policy_writes as tier_policy_writes
 POLICY_SCOPED_KINDS = frozenset({"StorageClass", "CephFilesystem"})
 
 
+# Values covers compares as they are (bool is an int); checked before any Mapping, whose
+# isinstance runs Python code (the ABC's hook): covers runs some hundred times a decision.
+_LEAVES = (str, int, float, type(None))
+
+
 def covers(current: Any, desired: Any) -> bool:
     """Whether `current` already holds everything `desired` sets (server-side apply would
     change nothing). Lists of objects match item by item in any order; other lists exactly."""
-    if isinstance(desired, Mapping):
-        if _by_index(desired) and isinstance(current, list):
-            return all(
-                int(k) < len(current) and covers(current[int(k)], v) for k, v in desired.items()
-            )
-        if not isinstance(current, Mapping):
-            return False
-        return all(k in current and covers(current[k], v) for k, v in desired.items())
+    if isinstance(desired, _LEAVES):
+        return _same_leaf(current, desired)
     if isinstance(desired, list):
         if not isinstance(current, list):
             return False
-        if all(isinstance(d, Mapping) for d in desired):
+        if all(isinstance(d, (dict, Mapping)) for d in desired):
             return all(any(covers(c, d) for c in current) for d in desired)
         return current == desired
+    if isinstance(desired, (dict, Mapping)):
+        if isinstance(current, list):
+            return _by_index(desired) and all(
+                int(k) < len(current) and covers(current[int(k)], v) for k, v in desired.items()
+            )
+        if not (isinstance(current, (dict, Mapping))):
+            return False
+        return all(k in current and covers(current[k], v) for k, v in desired.items())
+    return _same_leaf(current, desired)
+
+
+def _same_leaf(current: Any, desired: Any) -> bool:
     if isinstance(desired, (int, float)) and isinstance(current, (int, float)):
         return bool(current == desired)
     if bool(current == desired) or str(current) == str(desired):

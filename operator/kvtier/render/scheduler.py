@@ -112,7 +112,7 @@ class SchedulerProblem:
 def at_path(obj: Any, path: Sequence[str]) -> Any:
     """The value at `path` in nested maps, else None."""
     for key in path:
-        if not isinstance(obj, Mapping):
+        if not (isinstance(obj, (dict, Mapping))):
             return None
         obj = obj.get(key)
     return obj

@@ -185,7 +185,9 @@ def replaced_parts(
 def _replaced(
     schema: Mapping[str, Any] | None, value: Any, live: Any, path: tuple[str, ...]
 ) -> list[str]:
-    if isinstance(value, Mapping):
+    if isinstance(value, (str, int, float)):  # a leaf replaces nothing but itself
+        return []
+    if isinstance(value, (dict, Mapping)):
         if schema is not None and schema.get(MAP_TYPE) == "atomic":
             return [] if live is None or live == value else [_dotted(path)]
         out: list[str] = []
@@ -225,15 +227,15 @@ def _child(schema: Mapping[str, Any] | None, key: str) -> Mapping[str, Any] | No
     if schema is None:
         return None
     props = schema.get("properties")
-    if isinstance(props, Mapping) and key in props:
+    if (isinstance(props, (dict, Mapping))) and key in props:
         found = props[key]
-        return found if isinstance(found, Mapping) else None
+        return found if isinstance(found, (dict, Mapping)) else None
     extra = schema.get("additionalProperties")
-    return extra if isinstance(extra, Mapping) else None
+    return extra if isinstance(extra, (dict, Mapping)) else None
 
 
 def _at(node: Any, key: str) -> Any:
-    return node.get(key) if isinstance(node, Mapping) else None
+    return node.get(key) if isinstance(node, (dict, Mapping)) else None
 
 
 def _dotted(path: tuple[str, ...]) -> str:

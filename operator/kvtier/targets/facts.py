@@ -96,10 +96,14 @@ class TargetFacts:
 def get(obj: Any, *path: str) -> Any:
     """The value at `path` (list items by their index as a string), else None."""
     for key in path:
-        if isinstance(obj, Mapping):
+        if isinstance(obj, dict):  # what the API's JSON is: a Mapping's check costs more
             obj = obj.get(key)
-        elif isinstance(obj, list) and key.isdigit() and int(key) < len(obj):
+        elif isinstance(obj, list):
+            if not (key.isdigit() and int(key) < len(obj)):
+                return None
             obj = obj[int(key)]
+        elif isinstance(obj, Mapping):
+            obj = obj.get(key)
         else:
             return None
     return obj
