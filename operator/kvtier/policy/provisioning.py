@@ -44,7 +44,7 @@ def covers(current: Any, desired: Any) -> bool:
         if not isinstance(current, list):
             return False
         if all(isinstance(d, (dict, Mapping)) for d in desired):
-            return all(any(covers(c, d) for c in current) for d in desired)
+            return all(_covered_item(current, d) for d in desired)
         return current == desired
     if isinstance(desired, (dict, Mapping)):
         if isinstance(current, list):
@@ -55,6 +55,20 @@ def covers(current: Any, desired: Any) -> bool:
             return False
         return all(k in current and covers(current[k], v) for k, v in desired.items())
     return _same_leaf(current, desired)
+
+
+def _covered_item(current: list[Any], desired: Mapping[str, Any]) -> bool:
+    """Whether an item of `current` covers `desired`, an item of a list of objects. A name
+    that starts with a letter is no quantity, so only an item of the same name can cover it:
+    the others are passed over without a look (lists of containers, env, volumes)."""
+    name = desired.get("name")
+    if isinstance(name, str) and name[:1].isalpha():
+        return any(
+            covers(c, desired)
+            for c in current
+            if not (isinstance(c, dict) and isinstance(c.get("name"), str) and c["name"] != name)
+        )
+    return any(covers(c, desired) for c in current)
 
 
 def _same_leaf(current: Any, desired: Any) -> bool:

@@ -27,7 +27,9 @@ STATUS_KEYS = (
 
 def prune(value: Any) -> Any:
     """Drop None values recursively: the shape the API server stores."""
-    if isinstance(value, Mapping):
+    if isinstance(value, (str, int, float)):  # most values: before a Mapping's slower check
+        return value
+    if isinstance(value, (dict, Mapping)):
         return {k: prune(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
         return [prune(v) for v in value]
@@ -37,7 +39,7 @@ def prune(value: Any) -> Any:
 def merge_diff(current: Any, desired: Any) -> Any:
     """The merge patch that turns `current` into `desired` (both as stored: no None values);
     maps are patched key by key, anything else is replaced."""
-    if not isinstance(current, Mapping) or not isinstance(desired, Mapping):
+    if not isinstance(current, (dict, Mapping)) or not isinstance(desired, (dict, Mapping)):
         return desired
     patch: dict[str, Any] = {k: None for k in current if k not in desired}
     for key, value in desired.items():
