@@ -127,3 +127,27 @@ def test_held_work_runs_in_order_when_the_key_is_done_and_a_failure_stops_nothin
         return ran
 
     assert asyncio.run(scenario()) == ["first", "second"]
+
+
+def test_a_change_made_between_an_apply_read_and_its_answer_wakes_the_tier() -> None:
+    """The decision from an apply's answer may reuse what was worked out from the target as
+    read (policy/answers.py): another's change made in between is in the answer, and its own
+    event, older than the answer, wakes the tier again; the answer's echo closes the window."""
+
+    async def scenario() -> list[list[Any]]:
+        controller = Controller(Kube(client.ApiClient()))
+        controller.cache.set_tier(KEY, tier(10))
+        key = ("InferenceService", "ns", "srv")
+        controller.cache.set_target(key, VERSION, target(5))
+        controller.cache.note_applied(key, "5", "12")  # read at 5, answered 12
+        controller.cache.remember_written(target(12))
+        woken: list[list[Any]] = []
+        for rv in (4, 8, 12, 9):  # older than the read, between, the echo, after the echo
+            on_target(controller, "MODIFIED", target(rv))
+            woken.append([])
+            while len(controller.queue):
+                woken[-1].append(await controller.queue.get())
+                controller.queue.done(woken[-1][-1])
+        return woken
+
+    assert asyncio.run(scenario()) == [[], [KEY], [], []]

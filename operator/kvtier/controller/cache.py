@@ -130,6 +130,30 @@ class Cache:
 
     # Objects of the kinds the target kinds read (Kind.reads), by (kind, namespace, name).
     related: dict[TargetKey, dict[str, Any]] = field(default_factory=dict)
+    # Targets kvtier applied to: the resourceVersion it read before the apply and the one
+    # the apply answered with. A change another made in between is in that answer, though
+    # the decision from the answer may have reused what was worked out from the version read
+    # (policy/answers.py): the change's own watch event, older than the answer, wakes the
+    # tier again (written_over) until the answer's echo closes the window.
+    _applied_over: dict[TargetKey, tuple[int, int]] = field(default_factory=dict)
+
+    def note_applied(self, key: TargetKey, read: str | None, answered: str | None) -> None:
+        try:
+            self._applied_over[key] = (int(read or ""), int(answered or ""))
+        except ValueError:
+            self._applied_over.pop(key, None)
+
+    def written_over(self, key: TargetKey, obj: Mapping[str, Any]) -> bool:
+        """Whether a target's watch event is a change made by another between kvtier's read
+        and its apply (the apply's answer holds it, the render may not have)."""
+        window = self._applied_over.get(key)
+        version = resource_version(obj)
+        if window is None or version is None:
+            return False
+        if version >= window[1]:  # the answer's echo or later: every change before it is in
+            del self._applied_over[key]
+            return False
+        return window[0] < version
 
     def set_related(self, obj: dict[str, Any], deleted: bool) -> None:
         meta = _meta(obj)
@@ -223,6 +247,7 @@ class Cache:
     def forget_target(self, key: TargetKey) -> None:
         """The object is gone, and with it every version's view of it."""
         self.targets.pop(key, None)
+        self._applied_over.pop(key, None)
         self._unindex_scheduler_ref(key)
 
     def _unindex_scheduler_ref(self, key: TargetKey) -> None:

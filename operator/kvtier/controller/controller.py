@@ -27,6 +27,7 @@ from kvtier.kube.aio import AsyncKube
 from kvtier.kube.rest import Kube
 from kvtier.names import FINALIZER
 from kvtier.names.objects import tier_id
+from kvtier.policy.answers import ObjectKey, answers_are_ours
 from kvtier.policy.claims import claim_key
 from kvtier.policy.contract import DEFAULT_PROBE_IMAGE, Decision, Facts
 from kvtier.policy.decide import decide
@@ -127,12 +128,15 @@ class Controller(Runtime):
         if decision.mode == "Apply" and decision.writes:
             if FINALIZER not in finalizers:
                 await self.writer.set_finalizer(tier, present=True)
-            written = await self._perform(tier, decision.writes, announce_done=False)
+            bases: dict[ObjectKey, tuple[str, str]] = {}
+            written = await self._perform(tier, decision.writes, announce_done=False, bases=bases)
             # The API returned what it now holds: decide again from that, so one status
             # write reports the result instead of a second pass after the watch catches up.
             tier = self.cache.tiers.get(key, tier)  # the finalizer write moved it on
             target = self.cache.target_for(tier)
             schedulers = await self._scheduler_configmaps(key, target)
+            configs = self._llmisvc_configs(target)
+            ours = answers_are_ours(facts, tier, target, schedulers, configs, written, bases)
             facts = replace(
                 facts,
                 tier=tier,
@@ -140,7 +144,10 @@ class Controller(Runtime):
                 owned=self.cache.owned_for(namespace, name),
                 scheduler_configmaps=schedulers,
                 scheduler_forbidden=self._forbidden(schedulers),
-                llmisvc_configs=self._llmisvc_configs(target),
+                llmisvc_configs=configs,
+                # Answers that are what was read plus kvtier's writes: only the judging
+                # steps run again (policy/answers.py).
+                worked=decision.worked if ours else None,
             )
             decision = decide(facts)
         elif decision.mode != "Apply" and FINALIZER in finalizers:
@@ -254,6 +261,7 @@ class Controller(Runtime):
         writes: list[DesiredWrite],
         announce_done: bool = True,
         remember_unkept: bool = True,
+        bases: dict[ObjectKey, tuple[str, str]] | None = None,
     ) -> list[DesiredWrite]:
         """The tier's writes through the writer (in order, stopping at the first failure).
         One Event tells what was written: here, or by the caller when `announce_done` is
@@ -261,7 +269,11 @@ class Controller(Runtime):
         done: list[DesiredWrite] = []
         try:
             await self.writer.perform(
-                writes, done, partial(self._refused, tier), remember_unkept=remember_unkept
+                writes,
+                done,
+                partial(self._refused, tier),
+                remember_unkept=remember_unkept,
+                bases=bases,
             )
         except BaseException:
             self._announce(tier, [], done)

@@ -82,8 +82,8 @@ def on_target(controller: Controller, event: str, obj: dict[str, Any]) -> None:
         controller.cache.forget_target(key)
     elif is_news(obj, controller.cache.targets.get(key, {}).get(version)):
         controller.cache.set_target(key, version, obj)
-    else:
-        return
+    elif not controller.cache.written_over(key, obj):
+        return  # the echo of kvtier's own apply, or a change its decision saw
     controller.enqueue(tiers)
 
 

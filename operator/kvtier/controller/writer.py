@@ -21,6 +21,7 @@ from kvtier.controller.cache import Cache
 from kvtier.kube.aio import AsyncKube
 from kvtier.kube.wire import without_managed_fields
 from kvtier.names import API_VERSION, FINALIZER
+from kvtier.policy.answers import ObjectKey
 from kvtier.policy.provisioning import Unkept, UnkeptKey, unkept_write
 from kvtier.render import DesiredWrite
 
@@ -46,12 +47,14 @@ class Writer:
         done: list[DesiredWrite],
         refused: Refused | None = None,
         remember_unkept: bool = True,
+        bases: dict[ObjectKey, tuple[str, str]] | None = None,
     ) -> list[DesiredWrite]:
         """Apply, patch or delete in order; stop at the first failure (the retry starts over,
         and the target patch comes last, so a model server never points at missing storage).
         `done` receives each write the server took, also when a later one fails; it is
         returned. `remember_unkept`: note the writes the server did not keep (the tier's
-        decisions hold them back; the policy's do not read the memo)."""
+        decisions hold them back; the policy's do not read the memo). `bases` receives, for
+        each guarded apply, the resourceVersion it was sent against and the one it answered."""
         generations: dict[tuple[str, str | None, str], Any] = {}
         try:
             for w in writes:
@@ -61,7 +64,7 @@ class Writer:
                     done.append(w)
                     continue
                 try:
-                    written = await self.send(w)
+                    written = await self.send(w, bases)
                 except ApiException as exc:
                     if refused is not None and refused(w, exc):
                         continue
@@ -95,15 +98,20 @@ class Writer:
             ", ".join(unkept.paths),
         )
 
-    async def send(self, w: DesiredWrite) -> Any:
+    async def send(
+        self, w: DesiredWrite, bases: dict[ObjectKey, tuple[str, str]] | None = None
+    ) -> Any:
         """One Apply or Patch. A guarded write whose guard failed (the object changed since
         it was read: 409 from an apply or a patch, 422 from a `test` op) refreshes the cached
         object before the error goes up, so the retry renders from what the server holds."""
         try:
             if w.action == "Apply":
                 if w.guard is None:
-                    return await self.apply(w.body, w.kind)
-                return await self._guarded_apply(w, w.guard)
+                    read = self._cached_meta(w).get("resourceVersion")
+                    answer = await self.apply(w.body, w.kind)
+                    self._applied(w, read, answer, bases)
+                    return answer
+                return await self._guarded_apply(w, w.guard, bases)
             try:
                 ops = w.body["jsonPatch"]
                 return await self.kube.json_patch(w.api_version, w.kind, w.name, w.namespace, ops)
@@ -117,7 +125,12 @@ class Writer:
                     self.cache.remember_written(fresh)
             raise
 
-    async def _guarded_apply(self, w: DesiredWrite, generation: int) -> Any:
+    async def _guarded_apply(
+        self,
+        w: DesiredWrite,
+        generation: int,
+        bases: dict[ObjectKey, tuple[str, str]] | None = None,
+    ) -> Any:
         """An apply that carries atomic lists whole, rendered from the object at `generation`:
         sent only while the object's spec is still that one, with a resourceVersion of that
         generation as its precondition: first the cached object's, then (after a 409) one just
@@ -129,10 +142,13 @@ class Writer:
             if meta.get("generation") == generation and meta.get("resourceVersion"):
                 guarded = {**w.body["metadata"], "resourceVersion": meta["resourceVersion"]}
                 try:
-                    return await self.apply({**w.body, "metadata": guarded}, w.kind)
+                    answer = await self.apply({**w.body, "metadata": guarded}, w.kind)
                 except ApiException as exc:
                     if exc.status != 409:
                         raise
+                else:
+                    self._applied(w, meta["resourceVersion"], answer, bases)
+                    return answer
             fresh = await self.kube.get(w.api_version, w.kind, w.name, w.namespace)
             meta = (fresh or {}).get("metadata") or {}
             if meta.get("generation") != generation:
@@ -144,6 +160,23 @@ class Writer:
                     f"{meta.get('generation')}, rendered from {generation})",
                 )
         raise ApiException(status=409, reason=f"{w.kind} {w.name} kept changing")
+
+    def _applied(
+        self,
+        w: DesiredWrite,
+        read: Any,
+        answer: Any,
+        bases: dict[ObjectKey, tuple[str, str]] | None,
+    ) -> None:
+        """An apply to a cached target went through: which resourceVersion it was sent
+        against (the cache's then; a guarded apply's precondition) and which it answered."""
+        key = (w.kind, w.namespace or "", w.name)
+        if key not in self.cache.targets:  # not a target (a PV, the evictor)
+            return
+        answered = ((answer or {}).get("metadata") or {}).get("resourceVersion")
+        self.cache.note_applied(key, read, answered)
+        if bases is not None and read is not None and answered is not None:
+            bases[(w.kind, w.namespace, w.name)] = (str(read), str(answered))
 
     def _cached_meta(self, w: DesiredWrite) -> Mapping[str, Any]:
         """The metadata of the cached view of the write's object in its apiVersion ({} when

@@ -9,16 +9,35 @@ from datetime import datetime
 from typing import Any
 
 from kvtier.api.observation import Observation
+from kvtier.policy.conditions import Verdict
 from kvtier.policy.events import Event
 from kvtier.policy.probing import ProbeStep
 from kvtier.policy.provisioning import Unkept, UnkeptKey
-from kvtier.render import DesiredWrite
+from kvtier.render import DesiredWrite, RenderError, RenderResult
 from kvtier.render.picker_version import KSERVE_NAMESPACE
 from kvtier.settings import EffectiveSettings
 from kvtier.sizing import SizingPlan
 from kvtier.targets.facts import TargetFacts
 
 DEFAULT_PROBE_IMAGE = "quay.io/kvtier/kvtier-operator:0.1.0"
+
+
+@dataclass
+class Worked:
+    """What a decision worked out from the target as it read it (`basis`): the target's facts
+    (or why it cannot be configured), the rendered writes (or why none), and whether an apply
+    would replace a part of it whole. The decision from the answers to those writes reuses
+    them when those answers are the basis with kvtier's writes and nothing else
+    (policy/answers.py): rendering is idempotent, so rendering from the answers would give
+    the same writes and plan (tests/unit/test_decide_reuse.py checks it for every golden
+    case). Only the steps that judge the cluster (what is still to write, what it shows) run
+    again."""
+
+    basis: Mapping[str, Any]
+    found: TargetFacts | Verdict | None = None
+    render: RenderResult | RenderError | None = None
+    atomic: Verdict | None = None
+    atomic_checked: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,6 +82,9 @@ class Facts:
     # When no target was found and the tier names its apiVersion: the apiVersions the cluster
     # serves the target's kind in (its OpenAPI index); None when not read or not known.
     target_versions: tuple[str, ...] | None = None
+    # What the decision before this reconcile's writes worked out from the target, when the
+    # writes' answers are that target with kvtier's writes and nothing else (see Worked).
+    worked: Worked | None = None
 
 
 @dataclass
@@ -84,6 +106,7 @@ class Decision:
     applied: bool = False  # the target carries the configuration (Apply mode)
     probe: ProbeStep | None = None
     policy_problems: list[tuple[str, str]] = field(default_factory=list)
+    worked: Worked | None = None  # what this decision worked out from the target
 
 
 def meta(obj: Mapping[str, Any], key: str) -> Any:

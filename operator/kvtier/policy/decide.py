@@ -18,7 +18,7 @@ from kvtier.policy.benefit import drop_if_not_beneficial, tier_beneficial
 from kvtier.policy.claims import claimed_by
 from kvtier.policy.compliance import nvme_pool_missing, policy_verdict
 from kvtier.policy.conditions import FALSE, TRUE, Verdict, flipped, merge_conditions
-from kvtier.policy.contract import Decision, Facts, meta
+from kvtier.policy.contract import Decision, Facts, Worked, meta
 from kvtier.policy.events import Event, event_type, newsworthy
 from kvtier.policy.kv_cache_dtype import kv_cache_dtype_flag, users_flags
 from kvtier.policy.observed_health import disk_pressure, set_used_bytes, tier_effective
@@ -89,12 +89,22 @@ def decide(facts: Facts) -> Decision:
 
     ref = spec.target_ref
     ns = meta(tier, "namespace")
+    reuse = facts.worked
     if facts.target is None:
         verdicts.append(not_found(ref, ns, facts.target_versions))
-    elif isinstance(found := target_facts_or_refusal(facts.target, facts.related), Verdict):
-        verdicts.append(found)
+        found: TargetFacts | Verdict | None = None
     else:
-        target = users_flags(found, facts.target)
+        # The target as read before this reconcile's writes when their answers add nothing
+        # else (Worked): what is worked out from it is the same, and is not worked out again.
+        basis = facts.target if reuse is None else reuse.basis
+        found = reuse.found if reuse is not None else None
+        if found is None:
+            found = target_facts_or_refusal(basis, facts.related)
+        decision.worked = Worked(basis, found)
+    if isinstance(found, Verdict):
+        verdicts.append(found)
+    elif found is not None and decision.worked is not None:
+        target = users_flags(found, decision.worked.basis)
         decision.target = target
         verdicts.append(
             Verdict(
@@ -266,32 +276,39 @@ def _render(
     """The writes Apply mode makes (Plan mode reports them) and what the cluster shows."""
     tier_meta = facts.tier.get("metadata") or {}
     ref = TierRef(str(tier_meta.get("namespace")), str(tier_meta.get("name")), tier_meta.get("uid"))
-    assert facts.target is not None
+    worked, reuse = decision.worked, facts.worked
+    assert worked is not None
+    basis = worked.basis  # the target rendered from (judged below as facts.target holds it)
     summary = plan_summary(sp, decision.mode)
-    scheduler_configmap = referenced_configmap(facts.target, facts.scheduler_configmaps)
-    try:
-        result = render_writes(
-            ref,
-            spec,
-            eff,
-            sp,
-            facts.target,
-            facts.nodes,
-            target.replicas,
-            [r.offload() for r in roles],
-            evictor_image=facts.probe_image,
-            kv_cache_dtype_flag=kv_cache_dtype_flag(eff, target.server),
-            scheduler_configmap=scheduler_configmap,
-            picker_layout=(
-                None
-                if facts.llmisvc_configs is None
-                else picker_layout(facts.target, facts.llmisvc_configs, facts.kserve_namespace)
-            ),
-            related=facts.related,
-        )
-    except RenderError as exc:
-        decision.status["plan"] = {"summary": f"{summary}\nCannot apply: {exc.message}"}
-        return [Verdict(exc.condition, FALSE, exc.reason, exc.message)]
+    scheduler_configmap = referenced_configmap(basis, facts.scheduler_configmaps)
+    rendered = reuse.render if reuse is not None else None
+    if rendered is None:
+        try:
+            rendered = render_writes(
+                ref,
+                spec,
+                eff,
+                sp,
+                basis,
+                facts.nodes,
+                target.replicas,
+                [r.offload() for r in roles],
+                evictor_image=facts.probe_image,
+                kv_cache_dtype_flag=kv_cache_dtype_flag(eff, target.server),
+                scheduler_configmap=scheduler_configmap,
+                picker_layout=(
+                    None
+                    if facts.llmisvc_configs is None
+                    else picker_layout(basis, facts.llmisvc_configs, facts.kserve_namespace)
+                ),
+                related=facts.related,
+            )
+        except RenderError as exc:
+            rendered = exc
+    worked.render = result = rendered
+    if isinstance(result, RenderError):
+        decision.status["plan"] = {"summary": f"{summary}\nCannot apply: {result.message}"}
+        return [Verdict(result.condition, FALSE, result.reason, result.message)]
     if result.conflict is not None:
         decision.status["plan"] = {"summary": f"{summary}\n{result.summary}"}
         conflict = Verdict(
@@ -301,7 +318,11 @@ def _render(
         if decision.mode != Mode.APPLY:
             return [conflict]
         return [conflict, blocked(ConditionType.APPLIED, conflict)]
-    atomic = atomic_verdict(facts.target_schemas, result.writes, facts.target)
+    if reuse is not None and reuse.atomic_checked:
+        atomic = reuse.atomic
+    else:
+        atomic = atomic_verdict(facts.target_schemas, result.writes, basis)
+    worked.atomic, worked.atomic_checked = atomic, True
     if atomic is not None:
         decision.status["plan"] = {"summary": f"{summary}\nCannot apply: {atomic.message}"}
         return [atomic]
@@ -333,7 +354,7 @@ def _render(
     plan_status["summary"] = f"{summary}\n{plan_status['summary']}"
     if roles:
         plan_status["roles"] = [r.status() for r in roles]
-    synced = scheduler_verdict(scheduler, facts.target, scheduler_configmap)
+    synced = scheduler_verdict(scheduler, basis, scheduler_configmap)
     if isinstance(scheduler, SchedulerSync):
         plan_status["scheduler"] = scheduler.status()
     decision.status["plan"] = plan_status
