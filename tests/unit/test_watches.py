@@ -151,3 +151,60 @@ def test_a_change_made_between_an_apply_read_and_its_answer_wakes_the_tier() -> 
         return woken
 
     assert asyncio.run(scenario()) == [[], [KEY], [], []]
+
+
+def volume(rv: int, phase: str | None, **labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {
+            "name": "pv-a",
+            "resourceVersion": str(rv),
+            "labels": {TIER_ID: tier_id(*KEY), **labels},
+        },
+        "spec": {"capacity": {"storage": "3Ti"}},
+        "status": {"phase": phase} if phase else {},
+    }
+
+
+def test_a_volume_wakes_its_tier_only_for_what_a_decision_reads() -> None:
+    """The controller manager moves a new PersistentVolume to Available: no decision tells that
+    from Pending, so it wakes nothing (the cache keeps it); bound or released, relabelled or
+    gone, it does."""
+
+    async def scenario() -> list[tuple[str, list[Any]]]:
+        controller = Controller(Kube(client.ApiClient()))
+        controller.cache.set_tier(KEY, tier(10))
+        steps = [
+            ("ADDED", volume(20, None)),
+            ("MODIFIED", volume(21, "Pending")),
+            ("MODIFIED", volume(22, "Available")),
+            ("MODIFIED", volume(23, "Bound")),
+            ("MODIFIED", volume(24, "Bound", extra="x")),
+            ("MODIFIED", volume(25, "Released", extra="x")),
+            ("DELETED", volume(26, "Released", extra="x")),
+        ]
+        woken = []
+        for event, obj in steps:
+            on_owned(controller, event, obj)
+            queued = []
+            while len(controller.queue):
+                queued.append(await controller.queue.get())
+                controller.queue.done(queued[-1])
+            woken.append((str((obj["status"] or {}).get("phase")), queued))
+            if event != "DELETED":
+                cached = controller.cache.owned_copy(obj)
+                assert cached is not None and cached["metadata"]["resourceVersion"] == str(
+                    obj["metadata"]["resourceVersion"]
+                )
+        return woken
+
+    assert asyncio.run(scenario()) == [
+        ("None", [KEY]),
+        ("Pending", []),
+        ("Available", []),
+        ("Bound", [KEY]),
+        ("Bound", [KEY]),
+        ("Released", [KEY]),
+        ("Released", [KEY]),
+    ]

@@ -66,6 +66,24 @@ def node_facts(node: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
+# The phases of a PersistentVolume a decision tells apart (policy/provisioning.py: a bound one
+# is not deleted to change its source; tiers/nvme.py: a released one is recycled); the others
+# (Pending, Available, Failed) are all "not yet bound" to it.
+_VOLUME_PHASES = frozenset({"Bound", "Released"})
+
+
+def owned_facts(obj: Mapping[str, Any]) -> Any:
+    """The parts of an owned object a decision depends on, where they are fewer than all of
+    it: a PersistentVolume's metadata, spec and whether it is bound or released. The
+    controller manager moving a new volume from Pending to Available changes none of them,
+    so it wakes no tier. None for every other kind (any change is news)."""
+    if obj.get("kind") != "PersistentVolume":
+        return None
+    meta = {k: v for k, v in _meta(obj).items() if k not in ("resourceVersion", "managedFields")}
+    phase = (obj.get("status") or {}).get("phase")
+    return (meta, obj.get("spec"), phase if phase in _VOLUME_PHASES else None)
+
+
 # Distinct status.effective rows kept for sharing, at most (a row is a setting's path, value and
 # source: the same few rows recur in every tier).
 ROWS_KEPT = 4096

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from kvtier.controller.cache import Cache, TierKey, is_news
+from kvtier.controller.cache import Cache, TierKey, is_news, owned_facts
 from kvtier.controller.controller import Controller
 from kvtier.controller.policy_reconciler import POLICY_KEY
 from kvtier.kube.informer import Deliver, Watched
@@ -170,10 +170,13 @@ def on_owned(controller: Controller, event: str, obj: dict[str, Any]) -> None:
     if owner is not None and _held(controller, [owner], on_owned, event, obj):
         return
     deleted = event == "DELETED"
-    if not deleted and not is_news(obj, controller.cache.owned_copy(obj)):
+    cached = controller.cache.owned_copy(obj)
+    if not deleted and not is_news(obj, cached):
         return
+    same = cached is not None and owned_facts(obj) is not None
+    same = same and not deleted and owned_facts(obj) == owned_facts(cached or {})
     key = controller.cache.set_owned(obj, deleted=deleted)
-    if key is not None:
+    if key is not None and not same:  # a change no decision reads is kept, and wakes nothing
         controller.queue.add(key)
 
 
