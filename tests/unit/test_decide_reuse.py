@@ -166,6 +166,13 @@ def test_answers_are_ours_only_when_nothing_else_changed() -> None:
     assert newer is not None
     newer["metadata"]["resourceVersion"] = "later"
     assert not _check(f, first, target=newer)
+    other_version = copy.deepcopy(_answered(f, first).target)
+    assert other_version is not None
+    other_version["apiVersion"] = "serving.kserve.io/v1beta2"  # another version's view
+    assert not _check(f, first, target=other_version)
+    regenerated = copy.deepcopy(dict(f.tier))
+    regenerated["metadata"]["generation"] = int(regenerated["metadata"].get("generation") or 1) + 1
+    assert not _check(f, first, tier=regenerated)
     # A write to an object the rendering reads (a scheduler ConfigMap), or those read again
     # changed.
     namespace = f.target["metadata"]["namespace"]
