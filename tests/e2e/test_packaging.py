@@ -77,9 +77,16 @@ def bin_dir() -> Path:
 
 
 def run(*args: str | Path, check: bool = False) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [str(a) for a in args], capture_output=True, text=True, check=False, timeout=600
-    )
+    # A scratch TMPDIR per call: opm leaves an image-cache directory in it on every run.
+    with tempfile.TemporaryDirectory(prefix="kvtier-tool-") as scratch:
+        proc = subprocess.run(
+            [str(a) for a in args],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+            env={**os.environ, "TMPDIR": scratch},
+        )
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(map(str, args))}: {proc.stdout}\n{proc.stderr}")
     return proc

@@ -16,6 +16,10 @@
 //     workloads (attachKVCacheSecondaryTiers adds the secondary tiers' volumes and mounts).
 //     Reconcile may fail later, in the router part, which needs a real gateway: the
 //     workloads are created before that and the error is reported, not fatal.
+//     Written here, not KServe's: the fake client plays two parts of a cluster KServe has
+//     run on before (clusterIPs, seededCertificate): Services get a ClusterIP, and the
+//     workload's self-signed certificate exists, so KServe keeps it instead of spending most
+//     of a run generating an RSA-4096 key. Neither shows in the output.
 //   - the main container's own command, run by /bin/bash with the rendered env and a stub
 //     `vllm` (this binary, by argv[0]) that reports -vllm-version and records its argv: the
 //     words vLLM would get, after the template's quoting and the shell's eval.
@@ -30,17 +34,26 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"embed"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math/big"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -51,9 +64,12 @@ import (
 	fakeclientset "k8s.io/client-go/kubernetes/fake"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/record"
+	"knative.dev/pkg/kmeta"
+	"knative.dev/pkg/network"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	lwsapi "sigs.k8s.io/lws/api/leaderworkerset/v1"
@@ -221,6 +237,94 @@ func shipped() ([]client.Object, error) {
 	return objs, nil
 }
 
+// clusterIP is the address the API server gives the Services KServe creates here. KServe
+// puts every Service's ClusterIP among the certificate's wanted IPs, so a Service left without
+// one would have it make a new certificate on every pass.
+const clusterIP = "10.96.0.10"
+
+// clusterIPs plays the API server's part the fake client lacks: a Service created without a
+// ClusterIP gets one, and an update that leaves it unset keeps the one allocated.
+var clusterIPs = interceptor.Funcs{
+	Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		if s, ok := obj.(*corev1.Service); ok && s.Spec.ClusterIP == "" {
+			s.Spec.ClusterIP, s.Spec.ClusterIPs = clusterIP, []string{clusterIP}
+		}
+		return c.Create(ctx, obj, opts...)
+	},
+	Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+		if s, ok := obj.(*corev1.Service); ok && s.Spec.ClusterIP == "" {
+			old := &corev1.Service{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(s), old); err == nil {
+				s.Spec.ClusterIP, s.Spec.ClusterIPs = old.Spec.ClusterIP, old.Spec.ClusterIPs
+			}
+		}
+		return c.Update(ctx, obj, opts...)
+	},
+}
+
+// seededCertificate is the workload's self-signed TLS Secret as a cluster holds it once
+// KServe's reconciler has run there: KServe keeps a certificate that is unexpired and names
+// every DNS name it wants (ShouldRecreateCertificate), instead of generating an RSA-4096 key,
+// which took about 80 % of this oracle's CPU. Nothing the oracle reports depends on the
+// certificate's contents; should the names here ever miss one of KServe's, KServe makes its
+// own certificate, as on a first reconcile. The names: collectDNSNames's for the workload
+// Service, and for the endpoint picker both the service's own pool's and the scheduler
+// preset's default (config-llm-scheduler's ChildName of -epp-service).
+func seededCertificate(svc *v1alpha2.LLMInferenceService) (*corev1.Secret, error) {
+	services := []string{
+		kmeta.ChildName(svc.Name, "-kserve-workload-svc"),
+		kmeta.ChildName(svc.Name, "-epp-service"),
+	}
+	if r := svc.Spec.Router; r != nil && r.Scheduler != nil && r.Scheduler.Pool != nil &&
+		r.Scheduler.Pool.Spec != nil && r.Scheduler.Pool.Spec.EndpointPickerRef.Name != "" {
+		services = append(services, string(r.Scheduler.Pool.Spec.EndpointPickerRef.Name))
+	}
+	names := []string{"localhost"}
+	for _, s := range services {
+		names = append(names, network.GetServiceHostname(s, svc.Namespace), fmt.Sprintf("%s.%s.svc", s, svc.Namespace))
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	template := x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{Organization: []string{"Kserve Self Signed"}},
+		NotBefore:             now,
+		NotAfter:              now.Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		DNSNames:              names,
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.ParseIP(clusterIP)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, &template, &template, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	crt := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: svc.Namespace,
+			Name:      kmeta.ChildName(svc.Name, "-kserve-self-signed-certs"),
+			// KServe updates only a Secret the service controls.
+			OwnerReferences: []metav1.OwnerReference{
+				*metav1.NewControllerRef(svc, v1alpha2.SchemeGroupVersion.WithKind("LLMInferenceService")),
+			},
+		},
+		Data: map[string][]byte{
+			"tls.key": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}),
+			"tls.crt": crt,
+			"ca.crt":  crt,
+		},
+	}, nil
+}
+
 func run(in io.Reader, out io.Writer, vllmVersion string) error {
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	ctx := log.IntoContext(context.Background(), ctrl.Log)
@@ -253,6 +357,11 @@ func run(in io.Reader, out io.Writer, vllmVersion string) error {
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: svc.Namespace}},
 		svc,
 	)
+	cert, err := seededCertificate(svc)
+	if err != nil {
+		return err
+	}
+	objs = append(objs, cert)
 	c := fake.NewClientBuilder().
 		WithScheme(scheme).
 		// Every registered kind, cluster-scoped or not as Kubernetes has it (KServe asks
@@ -260,6 +369,7 @@ func run(in io.Reader, out io.Writer, vllmVersion string) error {
 		WithRESTMapper(testrestmapper.TestOnlyStaticRESTMapper(scheme)).
 		WithObjects(objs...).
 		WithStatusSubresource(&v1alpha2.LLMInferenceService{}).
+		WithInterceptorFuncs(clusterIPs).
 		Build()
 	r := &llmisvc.LLMISVCReconciler{
 		Client:        c,
