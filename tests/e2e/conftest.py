@@ -18,7 +18,7 @@ from kubernetes import client
 from kserve_controller import KServeController
 from kserve_isvc_controller import KServeISVCController
 from localcluster import LocalCluster
-from tests.conftest import api_client
+from tests.conftest import RELEASE, api_client
 from tests.e2e.kserve_isvc import (
     KServeISVCCluster,
     KServeISVCStack,
@@ -67,6 +67,7 @@ def operator(
 ) -> Iterator[OperatorProcess]:
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     proc = OperatorProcess(cluster, log).start()
+    RELEASE.register("operator", proc.stop)
     try:
         yield proc
     finally:
@@ -99,6 +100,13 @@ def kserve_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KServeSta
             api = api_client(cluster.admin_kubeconfig)
             apply_policy(api, POLICY)
             operator.start()
+
+            def stop() -> None:
+                operator.stop()
+                kserve.stop()
+                cluster.down()
+
+            RELEASE.register("kserve_stack", stop)
             yield KServeStack(cluster, api, kserve, operator)
         finally:
             operator.stop()
@@ -116,6 +124,12 @@ def kserve_isvc_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KS
         kserve = KServeISVCController(cluster, logs)
         try:
             kserve.start()
+
+            def stop() -> None:
+                kserve.stop()
+                cluster.down()
+
+            RELEASE.register("kserve_isvc_cluster", stop)
             yield KServeISVCCluster(cluster, api_client(cluster.admin_kubeconfig), kserve)
         finally:
             kserve.stop()
@@ -133,6 +147,7 @@ def kserve_isvc_stack(
     log = tmp_path_factory.mktemp("kserve-isvc-operator") / "operator.log"
     apply_policy(base.api, POLICY)
     operator = OperatorProcess(base.cluster, log).start()
+    RELEASE.register("kserve_isvc_stack", operator.stop)
     try:
         yield KServeISVCStack(base.cluster, base.api, base.kserve, operator)
     finally:
