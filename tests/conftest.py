@@ -27,13 +27,10 @@ from localcluster import LocalCluster  # noqa: E402
 # neither a per-example deadline nor the draw-speed health check may fail a test.
 settings.register_profile("kvtier", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("kvtier")
-from tests import module_times  # noqa: E402
-from tests.early_release import EarlyRelease  # noqa: E402
+from tests import early_release, module_times  # noqa: E402
+from tests.early_release import RELEASE  # noqa: E402
 from tests.module_groups import ModuleGroups, group  # noqa: E402
 from tests.roomy import roomy_tmp_path  # noqa: E402, F401  (a fixture, for every test)
-
-# The session fixtures that stop once this process can no longer need them.
-RELEASE = EarlyRelease(group)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -48,6 +45,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # What the tests start stops when the worker that started it dies (localcluster.tied).
     os.environ["KVTIER_STOP_WITH_PARENT"] = "1"
     module_times.register(config)
+    early_release.register(config)
 
 
 def api_client(kubeconfig: Path) -> client.ApiClient:
@@ -94,24 +92,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return 0 if group(module) != module else 1 if item.get_closest_marker("e2e") else 2
 
     items.sort(key=rank)
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    # Only where tests run in collection order: one process, or `make test`'s scheduler
-    # (ModuleGroups) without xdist's reordering of scopes by size.
-    config = session.config
-    dist = config.getoption("dist", "no")
-    if dist == "no" or (dist == "loadgroup" and not config.getoption("loadscopereorder")):
-        RELEASE.plan(_test(item) for item in session.items)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    RELEASE.before(_test(item))
-
-
-def _test(item: pytest.Item) -> tuple[str, list[str]]:
-    return item.nodeid, getattr(item, "fixturenames", [])
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> ModuleGroups | None:

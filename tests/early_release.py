@@ -8,11 +8,16 @@ session cluster and operator, KServe's stacks) otherwise stayed up, idle, until 
 ended, while it ran the pure tests that come last: about 2 to 3 CPU-s a minute each.
 
 A fixture registers how it stops (`RELEASE.register`); its own teardown still runs at the
-end of the session, so each stop must be safe to call twice."""
+end of the session, so each stop must be safe to call twice. `register(config)` (from
+tests/conftest.py) plans the run once it is collected and checks before each test."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+
+import pytest
+
+from tests.module_groups import group
 
 # A test: its id and the names of every fixture it uses, those they use included.
 Test = tuple[str, Sequence[str]]
@@ -52,3 +57,29 @@ class EarlyRelease:
             if name not in needs and self.last_user.get(name, -1) < start:
                 self.active.pop(name)()
                 self.released.append(name)
+
+
+# The fixtures' stops, for this process's run.
+RELEASE = EarlyRelease(group)
+
+
+class _Plugin:
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # Only where tests run in collection order: one process, or `make test`'s scheduler
+        # (ModuleGroups) without xdist's reordering of scopes by size.
+        config = session.config
+        dist = config.getoption("dist", "no")
+        if dist == "no" or (dist == "loadgroup" and not config.getoption("loadscopereorder")):
+            RELEASE.plan(_test(item) for item in session.items)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        RELEASE.before(_test(item))
+
+
+def _test(item: pytest.Item) -> Test:
+    return item.nodeid, getattr(item, "fixturenames", [])
+
+
+def register(config: pytest.Config) -> None:
+    config.pluginmanager.register(_Plugin(), "kvtier-early-release")

@@ -18,7 +18,7 @@ from kubernetes import client
 from kserve_controller import KServeController
 from kserve_isvc_controller import KServeISVCController
 from localcluster import LocalCluster
-from tests.conftest import RELEASE, api_client
+from tests.conftest import api_client
 from tests.e2e.kserve_isvc import (
     KServeISVCCluster,
     KServeISVCStack,
@@ -27,6 +27,7 @@ from tests.e2e.kserve_isvc import (
 )
 from tests.e2e.kube_helpers import apply_policy
 from tests.e2e.operator_process import OperatorProcess
+from tests.early_release import RELEASE
 
 REPO = Path(__file__).resolve().parents[2]
 
