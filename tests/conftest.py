@@ -76,12 +76,20 @@ def operator_api(cluster: LocalCluster) -> client.ApiClient:
     return api_client(cluster.operator_kubeconfig)
 
 
+LONG_WAITS = frozenset(
+    f"tests/e2e/{name}.py" for name in ("test_faults", "test_real_contracts", "test_disk_pressure")
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Everything under tests/e2e needs the cluster: mark it so `-m "not e2e"` works.
 
     Sorted for `make test`'s workers (tests/module_groups.py hands out modules, or groups of
-    them, in this order): the modules sharing a stack first, then the other e2e modules, the
-    ones that wait on control planes; the pure tests, many and short, fill the last minutes."""
+    them, in this order): the modules sharing a stack and the longest waits first (LONG_WAITS:
+    minutes of idle windows and restarts, at about a quarter of a core, which otherwise met
+    the other waiting modules mid-run and left the cores half idle), then the other e2e
+    modules, the ones that wait on control planes; the pure tests, many and short, fill the
+    last minutes."""
     e2e_dir = REPO / "tests" / "e2e"
     for item in items:
         if e2e_dir in Path(str(item.fspath)).parents:
@@ -89,7 +97,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     def rank(item: pytest.Item) -> int:
         module = item.nodeid.split("::", 1)[0]
-        return 0 if group(module) != module else 1 if item.get_closest_marker("e2e") else 2
+        if group(module) != module or module in LONG_WAITS:
+            return 0
+        return 1 if item.get_closest_marker("e2e") else 2
 
     items.sort(key=rank)
 
