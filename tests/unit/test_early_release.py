@@ -40,34 +40,36 @@ def run(release: EarlyRelease, nodeids: list[str]) -> None:
         release.before((nodeid, fixtures[nodeid]))
 
 
-def test_a_worker_of_the_stack_keeps_it_through_its_scope_then_stops_it() -> None:
-    release, stopped = planned()
-    # The stack's scope runs whole on one worker: a.py, then c.py, past b.py's position.
-    run(release, ["t/a.py::one", "t/c.py::one"])
-    assert stopped == []
-    # d.py's scope starts after the stack's and b.py's: nothing this worker is handed later
-    # can use the stack or the operator (newest first); d.py itself uses the cluster.
-    run(release, ["t/d.py::one", "t/d.py::two"])
-    assert stopped == ["stack", "operator"]
-    run(release, ["t/e.py::one"])
-    assert stopped == ["stack", "operator", "cluster"]
-
-
-def test_the_stack_goes_at_the_first_scope_after_its_own() -> None:
-    release, stopped = planned()
-    run(release, ["t/a.py::one", "t/c.py::one", "t/e.py::one"])
-    assert stopped == ["stack", "operator", "cluster"]
-
-
-def test_nothing_stops_while_a_later_scope_may_still_use_it() -> None:
-    release, stopped = planned()
+# What one worker runs, step by step, and what has been stopped after each step.
+WORKERS = {
+    # The stack's scope runs whole on one worker: a.py, then c.py, past b.py's position. At
+    # d.py (after the stack's and b.py's scopes) nothing this worker is handed later can
+    # use the stack or the operator (newest first); d.py itself uses the cluster.
+    "stack-then-cluster": [
+        (["t/a.py::one", "t/c.py::one"], []),
+        (["t/d.py::one", "t/d.py::two"], ["stack", "operator"]),
+        (["t/e.py::one"], ["stack", "operator", "cluster"]),
+    ],
+    "stack-then-pure": [
+        (["t/a.py::one", "t/c.py::one", "t/e.py::one"], ["stack", "operator", "cluster"]),
+    ],
     # b.py's scope starts before d.py's, which uses the cluster: the cluster stays.
-    run(release, ["t/b.py::one"])
-    assert stopped == ["stack"]
-    run(release, ["t/d.py::one", "t/d.py::two"])
-    assert stopped == ["stack", "operator"]
-    run(release, ["t/f.py::one"])
-    assert stopped == ["stack", "operator", "cluster"]
+    "operator-then-cluster": [
+        (["t/b.py::one"], ["stack"]),
+        (["t/d.py::one", "t/d.py::two"], ["stack", "operator"]),
+        (["t/f.py::one"], ["stack", "operator", "cluster"]),
+    ],
+}
+
+
+@pytest.mark.parametrize("steps", WORKERS.values(), ids=WORKERS.keys())
+def test_a_fixture_stops_at_the_first_scope_no_later_one_can_need_it(
+    steps: list[tuple[list[str], list[str]]],
+) -> None:
+    release, stopped = planned()
+    for nodeids, expected in steps:
+        run(release, nodeids)
+        assert stopped == expected, nodeids
 
 
 def test_a_test_that_needs_a_stopped_fixture_is_refused() -> None:
