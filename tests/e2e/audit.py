@@ -90,6 +90,16 @@ def writes(
     return counts
 
 
+def wait_quiet(audit_log: Path, seconds: float, timeout: float = 120) -> None:
+    """Return once the operator has written nothing for `seconds` (its in-flight reconciles
+    done: on a shared cluster, other modules' tiers too, after a policy change)."""
+    deadline = time.monotonic() + timeout
+    while entries(audit_log, since=time.time() - seconds):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the operator kept writing for {timeout:.0f}s")
+        time.sleep(0.5)
+
+
 def idle_writes(
     audit_log: Path,
     operator: OperatorProcess,

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -108,7 +109,9 @@ def start_evictor(tier: Path) -> subprocess.Popen[str]:
             *("--capacity", "1", "--protect-seconds", "0", "-o", "json"),
         ],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        # A file, not a pipe nobody reads: a log line each pass filled a pipe on a busy run,
+        # and the blocked process could not end on SIGTERM.
+        stderr=tempfile.TemporaryFile("w+"),
         text=True,
     )
 
@@ -116,7 +119,7 @@ def start_evictor(tier: Path) -> subprocess.Popen[str]:
 def read_pass(proc: subprocess.Popen[str]) -> dict[str, object]:
     assert proc.stdout is not None
     line = proc.stdout.readline()
-    assert line, proc.stderr.read() if proc.stderr else "no output"
+    assert line, "no output"
     result: dict[str, object] = json.loads(line)
     return result
 
