@@ -18,8 +18,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from crd_documents import documents
 from kvtier.render.served_schema import kind_schema
 from localcluster import upstream_crds
 
@@ -33,9 +32,7 @@ _FILES = {
 
 @cache
 def _crds(path: Path) -> tuple[dict[str, Any], ...]:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the files are megabytes
-    docs = yaml.load_all(path.read_text(), Loader=loader)
-    return tuple(d for d in docs if d and d.get("kind") == "CustomResourceDefinition")
+    return tuple(d for d in documents(path) if d.get("kind") == "CustomResourceDefinition")
 
 
 def document(path: Path) -> dict[str, Any]:

@@ -117,6 +117,14 @@ def upstream_crds(variant: str = "full") -> Path:
     schemas; ``minimal``: KServe's minimal ones), fetched at pinned versions or reused."""
     if variant not in CRD_VARIANTS:
         raise ValueError(f"unknown CRD variant {variant!r} (known: {', '.join(CRD_VARIANTS)})")
+    cache = tuple(os.environ.get(k) for k in ("KVTIER_CACHE_DIR", "XDG_CACHE_HOME", "HOME"))
+    return _fetched_crds(variant, cache)
+
+
+@functools.cache
+def _fetched_crds(variant: str, cache: tuple[str | None, ...]) -> Path:
+    """upstream_crds once per process and cache location: the golden cases and the served
+    schemas ask for the directory hundreds of times. A failed fetch is not kept."""
     proc = subprocess.run(
         ["bash", str(CRDS_SCRIPT), variant], stdout=subprocess.PIPE, text=True, check=False
     )

@@ -95,11 +95,18 @@ def _put(obj: Any, path: list[Any], value: Any) -> None:
     obj[path[-1]] = copy.deepcopy(value)
 
 
+@functools.cache
+def _paths_of(expression: str) -> Any:
+    """The jq program giving the paths `expression` selects, compiled once: every sync of
+    the idle windows applies each one."""
+    return jq.compile(f"[path({expression})]")
+
+
 def respecting_ignored(manifest: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
     """The manifest as Argo CD applies it with RespectIgnoreDifferences (module docstring)."""
     desired = copy.deepcopy(manifest)
     for expression in IGNORED[manifest["kind"]]:
-        paths = jq.compile(f"[path({expression})]").input_value(current).first()
+        paths = _paths_of(expression).input_value(current).first()
         for path in paths:
             keep = path[:-1] if isinstance(path[-1], int) else path
             value = _at(current, keep)

@@ -17,16 +17,16 @@ serving.kserve.io, and nothing else the watch follows.
 
 from __future__ import annotations
 
-import copy
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
+from crd_documents import documents
 from kvtier.controller.schemas import INTERVAL_SECONDS, SchemaWatch
 from kvtier.kube.rest import Kube
 from localcluster import LocalCluster, upstream_crds
@@ -61,13 +61,12 @@ def _established(cluster: LocalCluster, crd: Path) -> None:
 def _without_ephemeral_fields(full: Path, out: Path) -> Path:
     """KServe's full InferenceService CRD, its predictor volumes' `ephemeral` an object with
     no properties: the API server prunes what kvtier writes there."""
-    crd = yaml.safe_load(full.read_text())
-    trimmed = copy.deepcopy(crd)
+    [trimmed] = documents(full)  # a fresh copy: the cache is JSON
     for version in trimmed["spec"]["versions"]:
         spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
         volume = spec["properties"]["predictor"]["properties"]["volumes"]["items"]
         volume["properties"]["ephemeral"] = {"type": "object"}
-    out.write_text(yaml.safe_dump(trimmed))
+    out.write_text(json.dumps(trimmed))  # JSON is YAML to kubectl, and quick to write
     return out
 
 

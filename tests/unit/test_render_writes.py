@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,12 @@ NODES = [{"metadata": {"name": f"gpu-node-{i}", "labels": {**H100}}} for i in (1
 
 
 def _yaml(path: str) -> dict[str, Any]:
+    """A fresh copy of an example: callers change theirs (the golden cases, hundreds)."""
+    return copy.deepcopy(_example(path))
+
+
+@cache
+def _example(path: str) -> dict[str, Any]:
     loaded: dict[str, Any] = yaml.safe_load((EXAMPLES / path).read_text())
     return loaded
 

@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 import yaml
 
+from crd_documents import documents
 from localcluster import CRDS_SCRIPT, upstream_crds
 
 PINS = {"KSERVE_VERSION": "v0.20.0", "ROOK_VERSION": "v1.18.11", "LWS_VERSION": "v0.8.0"}
 KSERVE = "serving.kserve.io"
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the tree holds megabytes of YAML
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +34,7 @@ def minimal() -> Path:
 
 @cache
 def _docs(path: Path) -> dict[str, dict[str, Any]]:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the files are megabytes
-    docs = [d for d in yaml.load_all(path.read_text(), Loader=loader) if d]
+    docs = documents(path)
     return {d["metadata"]["name"]: d for d in docs if d["kind"] == "CustomResourceDefinition"}
 
 
@@ -200,7 +201,7 @@ def test_the_repository_holds_no_crd_of_a_foreign_kind() -> None:
         path = repo / name
         if not path.exists() or "CustomResourceDefinition" not in path.read_text():
             continue
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in yaml.load_all(path.read_text(), Loader=LOADER):
             crd = isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition"
             if crd and doc["spec"]["group"] != "kvcache.io":
                 foreign.append(f"{name}: {doc['metadata']['name']}")
