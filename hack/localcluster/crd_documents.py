@@ -3,8 +3,9 @@
 KServe's and LWS's files are megabytes of schema: libyaml's parser still builds each node in
 Python, so reading the full variant costs about 3 CPU-seconds, and every test worker read it
 again. The documents are kept as JSON beside the files (Python's JSON decoder reads them in a
-tenth of a second), keyed by the file's bytes, so a new fetch is parsed again. A file whose
-documents JSON cannot hold exactly (a date, a key that is not a string) is parsed each time.
+tenth of a second), keyed by the file's bytes: a new fetch is parsed again, and replaces the
+documents of the bytes before it. A file whose documents JSON cannot hold exactly (a date, a
+key that is not a string) is parsed each time.
 """
 
 from __future__ import annotations
@@ -45,4 +46,7 @@ def documents(path: Path) -> list[Any]:
         partial = kept.with_suffix(f".{os.getpid()}.partial")
         partial.write_text(text)
         partial.replace(kept)  # whole or absent: workers may write it side by side
+        for stale in kept.parent.glob(f"{path.parent.name}-{path.stem}-*.json"):
+            if stale != kept:  # the documents of the file's earlier bytes
+                stale.unlink(missing_ok=True)
     return docs

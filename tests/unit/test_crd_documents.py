@@ -60,6 +60,7 @@ def test_a_changed_file_is_parsed_again(tmp_path: Path) -> None:
         == 12
     )
     assert parsed_file(path, path.read_bytes()) != first
+    assert not first.exists()  # the documents of the earlier bytes are gone
 
 
 def test_documents_json_cannot_hold_are_parsed_each_time(tmp_path: Path) -> None:
