@@ -90,14 +90,54 @@ def writes(
     return counts
 
 
-def wait_quiet(audit_log: Path, seconds: float, timeout: float = 120) -> None:
-    """Return once the operator has written nothing for `seconds` (its in-flight reconciles
-    done: on a shared cluster, other modules' tiers too, after a policy change)."""
+# How long the operator must have written nothing before an idle window starts: it sends a
+# reconcile's Events after the status they describe (operator/kvtier/controller/events.py), so
+# a condition seen in the status does not mean its Event is written yet.
+SETTLE_SECONDS = 2.0
+
+
+def wait_quiet(
+    audit_log: Path, seconds: float, timeout: float = 120, namespace: str | None = None
+) -> None:
+    """Return once the operator has written nothing (in `namespace`, when given) for
+    `seconds`: its in-flight reconciles done and their Events sent (on a shared cluster,
+    other modules' tiers too, after a policy change). The log is read on from where the
+    last look ended."""
     deadline = time.monotonic() + timeout
-    while entries(audit_log, since=time.time() - seconds):
+    last, offset = 0.0, 0
+    while True:
+        stamps, offset = _write_times(audit_log, offset, namespace)
+        last = max([last, *stamps])
+        if time.time() - last >= seconds:
+            return
         if time.monotonic() > deadline:
             raise AssertionError(f"the operator kept writing for {timeout:.0f}s")
-        time.sleep(0.5)
+        time.sleep(0.25)
+
+
+def _write_times(audit_log: Path, offset: int, namespace: str | None) -> tuple[list[float], int]:
+    """The times of the operator's writes (Leases left out, as `entries` does) in the log's
+    complete lines from byte `offset` on, and the offset after them."""
+    with audit_log.open("rb") as f:
+        f.seek(offset)
+        chunk = f.read()
+    chunk = chunk[: chunk.rfind(b"\n") + 1]  # a line being written is read next time
+    stamps = []
+    for line in chunk.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        ref = entry.get("objectRef", {})
+        if (
+            entry.get("stage") == "ResponseComplete"
+            and entry.get("verb") in WRITE_VERBS
+            and entry.get("user", {}).get("username") == OPERATOR_USER
+            and ref.get("resource") != "leases"
+            and (namespace is None or ref.get("namespace") == namespace)
+        ):
+            stamps.append(_epoch(entry.get("stageTimestamp", "")))
+    return stamps, offset + len(chunk)
 
 
 def idle_writes(
@@ -109,7 +149,9 @@ def idle_writes(
 ) -> Counter[tuple[str, str]]:
     """The operator's writes over an idle window that spans `passes` of its periodic
     resyncs (OperatorProcess.wait_resyncs), so a write only the periodic pass makes is in
-    it. Starts now; the caller has let the tiers settle."""
+    it. It starts once the operator has written nothing in the window's scope for
+    SETTLE_SECONDS; the caller has let the tiers settle."""
+    wait_quiet(audit_log, SETTLE_SECONDS, namespace=namespace)
     start = time.time()
     operator.wait_resyncs(passes)
     return writes(audit_log, since=start, names=names, namespace=namespace)

@@ -319,7 +319,6 @@ def test_argo_cd_syncs_keep_the_users_fields_without_a_write(stack: LWSStack) ->
 def test_no_write_once_settled_over_two_resyncs(stack: LWSStack) -> None:
     for shape in SHAPES:
         wait_condition(stack.api, stack.ns, user_lws(shape)["metadata"]["name"], "Ready", "True")
-    time.sleep(5)
     names: list[str] = []
     writes = audit.idle_writes(
         stack.cluster.audit_log, stack.operator, names=names, namespace=stack.ns
