@@ -227,7 +227,6 @@ def test_no_subcommand_is_usage_error(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("matplotlib")
     out = tmp_path / "crossover.svg"
     argv = [*LLAMA_STUDY, "--sessions", "4", "--ttft", "60", "--tier-p99", "nvme=0.05"]
     assert main([*argv, "--tier-bandwidth", "nvme=3GB/s", "--plot", str(out), "-o", "json"]) == 0

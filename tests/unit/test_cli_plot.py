@@ -8,14 +8,8 @@ from typing import Any
 
 import pytest
 
-from kvtier.cli.plot import draw_plan, restore_wins_above
+from kvtier.cli.plot import draw_plan, load_matplotlib, restore_wins_above
 from kvtier.sizing import SizingInput, SizingPlan, plan, resolve_geometry
-
-matplotlib = pytest.importorskip("matplotlib")
-matplotlib.use("Agg")
-from matplotlib import pyplot as plt  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.text import Text  # noqa: E402
 
 # Tier → (fio p99 seconds, read bandwidth bytes/s).
 Tiers = dict[str, tuple[float, int]]
@@ -40,6 +34,11 @@ def result(tiers: Tiers) -> SizingPlan:
 
 @pytest.fixture
 def figure() -> Iterator[Any]:
+    # matplotlib (the `plot` extra, which `make test` installs) is imported here, not at
+    # collection: every worker collects this module, and half a second each adds up.
+    load_matplotlib()
+    from matplotlib import pyplot as plt
+
     figures: list[Any] = []
 
     def make(tiers: Tiers) -> Any:
@@ -53,10 +52,16 @@ def figure() -> Iterator[Any]:
         plt.close(fig)
 
 
-def by_gid(fig: Any, kind: type, prefix: str) -> dict[str, Any]:
+def by_gid(fig: Any, kind: str, prefix: str) -> dict[str, Any]:
+    """The artists of `kind` ("line": Line2D, "text": Text) whose gid starts with `prefix`."""
+    from matplotlib.lines import Line2D
+    from matplotlib.text import Text
+
+    cls = {"line": Line2D, "text": Text}[kind]
+
     def wanted(artist: Any) -> bool:
         gid = str(artist.get_gid() or "")  # before isinstance, which narrows Any to object
-        return gid.startswith(prefix) and isinstance(artist, kind)
+        return gid.startswith(prefix) and isinstance(artist, cls)
 
     return {a.get_gid(): a for a in fig.findobj(wanted)}
 
@@ -70,12 +75,12 @@ def test_small_crossovers_of_two_tiers_are_apart(figure: Any) -> None:
     fig = figure(TWO_FAST)
     (ax,) = fig.axes
     assert ax.get_xscale() == "log"
-    labels = by_gid(fig, Text, "crossover-label-")
+    labels = by_gid(fig, "text", "crossover-label-")
     assert set(labels) == {"crossover-label-NVMe", "crossover-label-CephFS"}
     boxes = [t.get_window_extent() for t in labels.values()]
     assert not boxes[0].overlaps(boxes[1]), boxes
     # Both lie well inside the axis instead of on top of each other at its left end.
-    lines = by_gid(fig, Line2D, "crossover-")
+    lines = by_gid(fig, "line", "crossover-")
     xs = sorted(line.get_xdata()[0] for line in lines.values())
     left, right = (ax.transData.transform((x, 1))[0] for x in xs)
     assert right - left > 20  # pixels
@@ -83,15 +88,15 @@ def test_small_crossovers_of_two_tiers_are_apart(figure: Any) -> None:
 
 def test_no_crossover_for_a_tier_that_never_beats_recompute(figure: Any) -> None:
     fig = figure(SLOW_CEPHFS)
-    assert set(by_gid(fig, Line2D, "crossover-")) == {"crossover-NVMe"}
-    assert set(by_gid(fig, Text, "crossover-label-")) == {"crossover-label-NVMe"}
+    assert set(by_gid(fig, "line", "crossover-")) == {"crossover-NVMe"}
+    assert set(by_gid(fig, "text", "crossover-label-")) == {"crossover-label-NVMe"}
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "restore from CephFS (never beats recompute)" in legend
 
 
 def test_the_verdict_is_on_the_picture(figure: Any) -> None:
     fig = figure(SLOW_CEPHFS)
-    (verdict,) = by_gid(fig, Text, "verdict").values()
+    (verdict,) = by_gid(fig, "text", "verdict").values()
     lines = verdict.get_text().splitlines()
     assert lines[0].startswith("NVMe: restore wins at 50,000 tokens")
     # The plan's verdict per tier, whichever view decided it.
@@ -107,7 +112,7 @@ def test_crossover_line_is_where_the_drawn_curves_meet(figure: Any) -> None:
     (ax,) = fig.axes
     recompute = next(line for line in ax.get_lines() if line.get_label().startswith("recompute"))
     restore = next(line for line in ax.get_lines() if line.get_label() == "restore from NVMe")
-    (cross,) = by_gid(fig, Line2D, "crossover-NVMe").values()
+    (cross,) = by_gid(fig, "line", "crossover-NVMe").values()
     x = cross.get_xdata()[0]
     pairs = list(
         zip(recompute.get_xdata(), recompute.get_ydata(), restore.get_ydata(), strict=True)
