@@ -29,7 +29,7 @@ settings.register_profile("kvtier", deadline=None, suppress_health_check=[Health
 settings.load_profile("kvtier")
 from tests import early_release, module_times  # noqa: E402
 from tests.early_release import RELEASE  # noqa: E402
-from tests.module_groups import ModuleGroups, group  # noqa: E402
+from tests.module_groups import ModuleGroups, group, misjudged  # noqa: E402
 from tests.roomy import roomy_tmp_path  # noqa: E402, F401  (a fixture, for every test)
 
 
@@ -90,6 +90,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     the other waiting modules mid-run and left the cores half idle), then the other e2e
     modules, the ones that wait on control planes; the pure tests, many and short, fill the
     last minutes."""
+    wrong = misjudged((item.nodeid, getattr(item, "fixturenames", ())) for item in items)
+    if wrong:  # the scheduler would hand them to workers meant to start no session cluster
+        raise pytest.UsageError(
+            f"{', '.join(wrong)}: its tests use the session control plane (fixture "
+            "`cluster`) where tests/module_groups.py does not look, so `make test` could "
+            "send it to a worker meant to start none; ask for the fixture as a parameter "
+            "of a test or a fixture, or in `usefixtures`"
+        )
     e2e_dir = REPO / "tests" / "e2e"
     for item in items:
         if e2e_dir in Path(str(item.fspath)).parents:
